@@ -1,0 +1,63 @@
+# icmlbook: `make test` and `make book` from a fresh clone (see README.md).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV ?= .venv
+BIN := $(VENV)/bin
+PY := $(BIN)/python
+STAMP := $(VENV)/.icmlbook-installed
+MATHJAX := .mathjax/static/mathjax/tex-chtml.js
+# Notebook runs never reach the network, draw no progress bars, and use the default scale unless told.
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export ICMLBOOK_PROGRESS ?= 0
+export ICMLBOOK_SCALE ?= ci
+
+.PHONY: install test book gates nbtest pytest booktest readme mathjax clean
+
+install: $(STAMP) $(MATHJAX)
+
+# torch==2.13.0 only when no torch is present (a CPU build here); the nbdev 2 toolchain is pinned
+# in constraints.txt, the one place both `make` and CI read it from.
+$(STAMP): settings.ini setup.py constraints.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	touch $@
+
+# MathJax 3 from the npm registry, copied into the book's static files so maths renders offline.
+$(MATHJAX):
+	rm -rf .mathjax && mkdir -p .mathjax/static/mathjax
+	npm install --silent --no-save --no-audit --no-fund --prefix .mathjax mathjax@3
+	cp -r .mathjax/node_modules/mathjax/es5/{tex-chtml.js,input,output} .mathjax/static/mathjax/
+	rm -rf .mathjax/node_modules .mathjax/package.json .mathjax/package-lock.json
+
+test: install gates nbtest pytest booktest
+	@echo "make test: all gates passed"
+
+# Gate 1: notebooks are clean (nbdev_clean changes nothing). Gate 2: the package is in sync (nbdev_export changes nothing).
+gates: install
+	$(PY) tools/gates.py
+
+# Gate 3: every notebook runs as a test (cells flagged #| slow are skipped); writes the claims ledger.
+nbtest: install
+	$(BIN)/nbdev_test --n_workers 1 --do_print --timing
+
+pytest: install
+	$(BIN)/pytest tests -q
+
+# The book with warnings as errors; chapters are not executed again here (nbdev_test just ran them).
+booktest: install
+	$(PY) tools/book.py --execute off -- --all -W -n --keep-going
+
+book: install
+	$(PY) tools/book.py --execute cache -- --keep-going
+	@echo "The book is in _build/html; open _build/html/index.html"
+
+mathjax: $(MATHJAX)
+
+readme: install
+	$(PY) tools/readme.py
+
+clean:
+	rm -rf _build .mathjax

@@ -1,0 +1,101 @@
+"""Every chapter notebook has the sections of ../shared/CHAPTER.md, exports its module, and is in the toc."""
+import configparser
+import importlib
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from icmlbook.claims import CHAPTERS, notebook_name
+
+ROOT = Path(__file__).resolve().parent.parent
+SECTIONS = ["The idea", "Theory", "Implementation", "Tests", "Experiment", "Claim check",
+            "Deviations from the paper", "References"]
+PARTS = {"Theory": range(1, 4), "Optimization and alignment": range(4, 9), "Graphs and fairness": range(9, 10),
+         "Vision, language and multimodal": range(10, 15), "Signals, time series and the brain": range(15, 20)}
+CHAPTER_NBS = sorted(p for p in (ROOT / "nbs").glob("[0-9][0-9]_*.ipynb") if not p.name.startswith("00_"))
+
+
+def cells(path: Path) -> list[dict]:
+    return [{**c, "source": "".join(c["source"])} for c in json.loads(path.read_text(encoding="utf-8"))["cells"]]
+
+
+def toc_files() -> list[str]:
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    return [toc["root"]] + [c["file"] for part in toc["parts"] for c in part["chapters"]]
+
+
+def test_chapter_notebooks_are_named_by_the_book_table():
+    slugs = [s for s, _ in CHAPTERS]
+    for nb in CHAPTER_NBS:
+        slug = nb.stem[3:]
+        assert slug in slugs, f"{nb.name}: unknown chapter slug {slug!r}"
+        assert nb.name == notebook_name(slug), f"{nb.name} should be named {notebook_name(slug)}"
+
+
+@pytest.mark.parametrize("nb", CHAPTER_NBS, ids=lambda p: p.name)
+def test_chapter_has_sections_in_order(nb):
+    heads = [m.group(1).strip() for c in cells(nb) if c["cell_type"] == "markdown"
+             for m in re.finditer(r"^## (.+)$", c["source"], re.M)]
+    found = [h for h in heads if h in SECTIONS]
+    assert found == SECTIONS, f"{nb.name}: sections {found}, expected {SECTIONS} in this order"
+    first = cells(nb)[0]
+    assert first["cell_type"] == "markdown" and first["source"].startswith("# "), f"{nb.name}: no title cell"
+    assert "ICML 2026" in first["source"], f"{nb.name}: the header must name ICML 2026"
+
+
+@pytest.mark.parametrize("nb", CHAPTER_NBS, ids=lambda p: p.name)
+def test_chapter_exports_its_module_and_records_claims(nb):
+    slug = nb.stem[3:]
+    code = "\n".join(c["source"] for c in cells(nb) if c["cell_type"] == "code")
+    assert re.search(rf"^#\| default_exp {slug}\s*$", code, re.M), f"{nb.name}: missing '#| default_exp {slug}'"
+    assert "#| export" in code, f"{nb.name}: exports nothing"
+    importlib.import_module(f"icmlbook.{slug}")
+    assert f'ChapterRun("{slug}")' in code and "run.record(" in code and "run.finish()" in code, \
+        f"{nb.name}: claims must be recorded through icmlbook.claims.ChapterRun"
+    md = "\n".join(c["source"] for c in cells(nb) if c["cell_type"] == "markdown")
+    assert "{admonition} Deviations from the paper" in md, f"{nb.name}: no deviations admonition"
+    for other, _ in CHAPTERS:
+        assert f"icmlbook.{other}" not in code or other == slug, f"{nb.name} imports chapter {other}"
+
+
+def test_every_module_imports():
+    for py in (ROOT / "icmlbook").glob("*.py"):
+        importlib.import_module(f"icmlbook.{py.stem}")
+
+
+def test_toc_lists_exactly_the_pages_that_exist():
+    listed = toc_files()
+    for f in listed:
+        assert any((ROOT / f).with_suffix(s).exists() for s in (".ipynb", ".md")), f"toc entry {f} does not exist"
+    pages = {f"nbs/{p.stem}" for p in (ROOT / "nbs").iterdir() if p.suffix in (".ipynb", ".md")}
+    assert pages == set(listed), f"in nbs/ but not in the toc: {pages - set(listed)}"
+    assert listed[0] == "nbs/index" and listed[-2:] == ["nbs/scoreboard", "nbs/bibliography"]
+
+
+def test_toc_parts_hold_their_chapters_in_order():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text(encoding="utf-8"))
+    for part in toc["parts"]:
+        nums = [int(Path(c["file"]).name[:2]) for c in part["chapters"] if re.match(r"\d\d_", Path(c["file"]).name)]
+        if part["caption"] in PARTS:
+            assert nums and all(n in PARTS[part["caption"]] for n in nums), f"part {part['caption']}: {nums}"
+            assert nums == sorted(nums)
+    captions = [p["caption"] for p in toc["parts"]]
+    order = [c for c in PARTS if c in captions]
+    assert [c for c in captions if c in PARTS] == order
+
+
+def test_repository_url_is_kept_in_one_place():
+    cfg = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    ini = configparser.ConfigParser(delimiters=["="])
+    ini.read(ROOT / "settings.ini")
+    assert ini["DEFAULT"]["git_url"] == cfg["repository"]["url"]
+
+
+def test_readme_is_generated_from_the_front_page():
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "readme.py"), "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

@@ -1,0 +1,38 @@
+"""Build the book with an execution mode chosen on the command line.
+
+    python tools/book.py --execute off -- --all -W -n --keep-going
+
+writes _build/_config.<mode>.yml (the book's _config.yml with `execute.execute_notebooks` set to the
+mode and local-extension paths made absolute) and runs `jupyter-book build . --config <that file>`
+followed by the arguments after `--`. _config.yml stays the one source of the book's settings.
+"""
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--execute", choices=["off", "cache", "force", "auto"], required=True)
+    p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments passed on to jupyter-book build")
+    args = p.parse_args()
+    config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
+    config["execute"]["execute_notebooks"] = args.execute
+    ext = config["sphinx"].get("local_extensions", {})
+    config["sphinx"]["local_extensions"] = {k: str((ROOT / v).resolve()) for k, v in ext.items()}
+    out = ROOT / "_build" / f"_config.{args.execute}.yml"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    rest = [a for a in args.rest if a != "--"]
+    cmd = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(ROOT), "--config", str(out), *rest]
+    print("+", " ".join(cmd), flush=True)
+    return subprocess.call(cmd, cwd=ROOT)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
