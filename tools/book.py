@@ -1,10 +1,12 @@
 """Build the book with an execution mode chosen on the command line.
 
     python tools/book.py --execute off -- --all -W -n --keep-going
+    python tools/book.py --execute off --page nbs/04_bas.ipynb -- -W -n --keep-going   # one page
 
 writes _build/_config.<mode>.yml (the book's _config.yml with `execute.execute_notebooks` set to the
-mode and local-extension paths made absolute) and runs `jupyter-book build . --config <that file>`
+mode and its paths made absolute) and runs `jupyter-book build <book or page> --config <that file>`
 followed by the arguments after `--`. _config.yml stays the one source of the book's settings.
+A page is built into _build/_page/<name>/.
 """
 import argparse
 import subprocess
@@ -19,17 +21,21 @@ ROOT = Path(__file__).resolve().parent.parent
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--execute", choices=["off", "cache", "force", "auto"], required=True)
+    p.add_argument("--page", type=Path, default=None, help="build this one page instead of the book")
     p.add_argument("rest", nargs=argparse.REMAINDER, help="arguments passed on to jupyter-book build")
     args = p.parse_args()
     config = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
     config["execute"]["execute_notebooks"] = args.execute
     ext = config["sphinx"].get("local_extensions", {})
     config["sphinx"]["local_extensions"] = {k: str((ROOT / v).resolve()) for k, v in ext.items()}
+    config["bibtex_bibfiles"] = [str(ROOT / f) for f in config["bibtex_bibfiles"]]
+    sphinx = config["sphinx"]["config"]
+    sphinx["html_static_path"] = [str(ROOT / f) for f in sphinx["html_static_path"]]
     out = ROOT / "_build" / f"_config.{args.execute}.yml"
     out.parent.mkdir(exist_ok=True)
     out.write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     rest = [a for a in args.rest if a != "--"]
-    cmd = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(ROOT), "--config", str(out), *rest]
+    cmd = [str(Path(sys.executable).parent / "jupyter-book"), "build", str(args.page.resolve() if args.page else ROOT), "--config", str(out), *rest]
     print("+", " ".join(cmd), flush=True)
     return subprocess.call(cmd, cwd=ROOT)
 
