@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export ICMLBOOK_PROGRESS ?= 0
 export ICMLBOOK_SCALE ?= ci
 
-.PHONY: install test book gates nbtest pytest booktest readme mathjax clean
+.PHONY: install test book gates nbtest pytest booktest readme colab colab-test mathjax clean
 
 install: $(STAMP) $(MATHJAX)
 
@@ -32,7 +32,7 @@ $(MATHJAX):
 	cp -r .mathjax/node_modules/mathjax/es5/{tex-chtml.js,input,output} .mathjax/static/mathjax/
 	rm -rf .mathjax/node_modules .mathjax/package.json .mathjax/package-lock.json
 
-test: install gates nbtest pytest booktest
+test: install gates nbtest booktest pytest
 	@echo "make test: all gates passed"
 
 # Gate 1: notebooks are clean (nbdev_clean changes nothing). Gate 2: the package is in sync (nbdev_export changes nothing).
@@ -40,15 +40,17 @@ gates: install
 	$(PY) tools/gates.py
 
 # Gate 3: every notebook runs as a test (cells flagged #| slow are skipped); writes the claims ledger.
+# tools/nbtest.py is nbdev_test that also stores each executed notebook in the book's execution cache.
 nbtest: install
-	$(BIN)/nbdev_test --n_workers 1 --do_print --timing
+	$(PY) tools/nbtest.py --n_workers 1 --do_print --timing
 
+# Cross-chapter tests, then the built book in headless Chromium (tests/test_browser.py).
 pytest: install
-	$(BIN)/pytest tests -q
+	ICMLBOOK_BOOK_BUILT=1 $(BIN)/pytest tests -q
 
-# The book with warnings as errors; chapters are not executed again here (nbdev_test just ran them).
+# The book with warnings as errors, rendered from the outputs nbtest cached: no chapter runs twice.
 booktest: install
-	$(PY) tools/book.py --execute off -- --all -W -n --keep-going
+	$(PY) tools/book.py --execute cache --expect-cached -- --all -W -n --keep-going
 
 book: install
 	$(PY) tools/book.py --execute cache -- --keep-going
@@ -56,8 +58,16 @@ book: install
 
 mathjax: $(MATHJAX)
 
+# The generated files: README.md from nbs/index.ipynb, colab/ from nbs/ (tests check both are in sync).
 readme: install
 	$(PY) tools/readme.py
+
+colab: install
+	$(PY) tools/colab.py
+
+# Execute every Colab copy offline (install cell in dry mode); `make test` executes the library pages' copies.
+colab-test: install
+	ICMLBOOK_COLAB_EXECUTE=all $(BIN)/pytest tests/test_colab.py -q
 
 clean:
 	rm -rf _build .mathjax
