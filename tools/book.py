@@ -36,6 +36,8 @@ def main() -> int:
     ext = config["sphinx"].get("local_extensions", {})
     config["sphinx"]["local_extensions"] = {k: str((ROOT / v).resolve()) for k, v in ext.items()}
     config["bibtex_bibfiles"] = [str(ROOT / f) for f in config["bibtex_bibfiles"]]
+    if config.get("html", {}).get("favicon"):
+        config["html"]["favicon"] = str(ROOT / config["html"]["favicon"])
     sphinx = config["sphinx"]["config"]
     sphinx["html_static_path"] = [str(ROOT / f) for f in sphinx["html_static_path"]]
     out = ROOT / "_build" / f"_config.{args.execute}.yml"

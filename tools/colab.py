@@ -37,7 +37,7 @@ if os.environ.get("{DRY_ENV}") == "1":
     print("dry run:", " ".join(cmd))
 else:
     subprocess.run(cmd, check=True)'''
-    return code_cell(source, tags=["colab-install"])
+    return {**code_cell(source, tags=["colab-install"]), "id": "colab-install"}
 
 
 def code_cell(source: str, tags=None) -> dict:
@@ -55,7 +55,7 @@ def convert(nb: dict) -> dict:
     for cell in nb["cells"]:
         src = "".join(cell["source"])
         if cell["cell_type"] != "code":
-            cells.append({k: v for k, v in cell.items() if k != "id"})
+            cells.append(cell)
             continue
         found = directives(src)
         if "default_exp" in found:
@@ -64,7 +64,7 @@ def convert(nb: dict) -> dict:
         if "slow" in found:
             body = SLOW_NOTE + "\n" + body
         if body:
-            cells.append(code_cell(body))
+            cells.append({**code_cell(body), "id": cell["id"]} if "id" in cell else code_cell(body))
     title_end = 1 if cells and cells[0]["cell_type"] == "markdown" else 0
     cells.insert(title_end, install_cell())
     meta = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
