@@ -67,6 +67,18 @@ def add_ratios(rows: list[dict]) -> list[dict]:
     return rows
 
 
+def slopes(rows: list[dict]) -> dict[str, float]:
+    "Scaling exponent of each variant measured at two or more sizes: the least-squares log-log slope."
+    import numpy as np
+    out = {}
+    for variant in dict.fromkeys(r["variant"] for r in rows):
+        pts = [(r["size"], r["seconds"]) for r in rows if r["variant"] == variant and r["size"] > 0 and r.get("seconds")]
+        if len({s for s, _ in pts}) >= 2:
+            x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
+            out[variant] = float(np.polyfit(x, y, 1)[0])
+    return out
+
+
 def sources_hash(paths: list[str]) -> str:
     h = hashlib.sha256()
     for p in sorted(paths):
@@ -99,7 +111,7 @@ def run(names: list[str] | None = None, tiny: bool = False, out: Path | None = N
         for size in (c.tiny if tiny else c.sizes):
             log(f"{c.name}: size {size}")
             rows += c.fn(size)
-        results["cases"][c.name] = {"what": c.what, "rows": add_ratios(rows),
+        results["cases"][c.name] = {"what": c.what, "rows": add_ratios(rows), "slopes": slopes(rows),
                                     "sources_hash": sources_hash(c.sources), "sources": c.sources}
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -124,4 +136,7 @@ def markdown(results: dict) -> str:
         keys = [k for k in dict.fromkeys(k for r in c["rows"] for k in r) if k not in ("reference",)]
         out += ["", f"### {name}", "", c["what"], "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
         out += ["| " + " | ".join(_fmt(r.get(k, "")) for k in keys) + " |" for r in c["rows"]]
+        if c.get("slopes"):
+            out += ["", "Scaling exponent (log-log slope of time against size): "
+                    + "; ".join(f"{v} {k:.2f}" for v, k in c["slopes"].items()) + "."]
     return "\n".join(out) + "\n"

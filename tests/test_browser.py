@@ -82,7 +82,7 @@ def test_page_loads_without_errors(browser, server, page):
 def test_maths_renders_offline(browser, server, page):
     v = visit(browser, server, page)
     try:
-        v.page.wait_for_selector("mjx-container", timeout=15000)
+        v.page.wait_for_selector("mjx-container", state="attached", timeout=15000)
         text = v.page.inner_text("article")
         assert "$$" not in text and "\\begin{" not in text, f"raw TeX left on {page}"
     finally:
