@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export ICMLBOOK_PROGRESS ?= 0
 export ICMLBOOK_SCALE ?= ci
 
-.PHONY: install test book gates nbtest pytest booktest readme colab colab-test mathjax clean
+.PHONY: install test book gates nbtest pytest booktest readme colab colab-test bench mathjax clean
 
 install: $(STAMP) $(MATHJAX)
 
@@ -32,8 +32,11 @@ $(MATHJAX):
 	cp -r .mathjax/node_modules/mathjax/es5/{tex-chtml.js,input,output} .mathjax/static/mathjax/
 	rm -rf .mathjax/node_modules .mathjax/package.json .mathjax/package-lock.json
 
-test: install gates nbtest booktest pytest
-	@echo "make test: all gates passed"
+test: install
+	@start=$$(date +%s); \
+	$(MAKE) --no-print-directory gates nbtest booktest pytest; \
+	mkdir -p _build; echo $$(( $$(date +%s) - start )) > _build/make_test_seconds; \
+	echo "make test: all gates passed in $$(cat _build/make_test_seconds) s"
 
 # Gate 1: notebooks are clean (nbdev_clean changes nothing). Gate 2: the package is in sync (nbdev_export changes nothing).
 gates: install
@@ -68,6 +71,11 @@ colab: install
 # Execute every Colab copy offline (install cell in dry mode); `make test` executes the library pages' copies.
 colab-test: install
 	ICMLBOOK_COLAB_EXECUTE=all $(BIN)/pytest tests/test_colab.py -q
+
+# The Performance appendix's numbers: medians over repeated runs, ratios against the reference a reader would
+# use. Not part of `make test`'s timing; `make test` runs every case once at a tiny size (tests/test_bench.py).
+bench: install
+	$(PY) benchmarks/run.py
 
 clean:
 	rm -rf _build .mathjax

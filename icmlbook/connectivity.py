@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import math
-import time
+from collections.abc import Sequence
 
 import numpy as np
 import torch
@@ -14,7 +14,7 @@ from scipy.sparse.csgraph import connected_components, shortest_path
 from torch import Tensor, nn
 from transformers import RobertaPreLayerNormConfig, RobertaPreLayerNormModel
 
-from .core import progress
+from .core import Timer, progress
 
 # %% auto #0
 __all__ = ['WITHIN_FAMILIES', 'as_adjacency', 'add_self_loops', 'reach_within', 'connectivity_matrix', 'reachability_bfs',
@@ -22,7 +22,7 @@ __all__ = ['WITHIN_FAMILIES', 'as_adjacency', 'add_self_loops', 'reach_within', 
            'StandardGraphTransformer', 'train', 'exact_match', 'benchmark_reachability']
 
 # %% ../nbs/01_connectivity.ipynb #14ad5ae1
-def as_adjacency(A,  # adjacency matrix or batch, shape (n, n) or (B, n, n), entries in {0, 1}
+def as_adjacency(A: Tensor | np.ndarray,  # adjacency matrix or batch, shape (n, n) or (B, n, n), entries in {0, 1}
                  self_loops: bool = False,  # also require A_ii = 1 (Definition connectivity-def-graph)
                  name: str = "A",  # argument name used in error messages
                  ) -> Tensor:
@@ -40,7 +40,7 @@ def as_adjacency(A,  # adjacency matrix or batch, shape (n, n) or (B, n, n), ent
         raise ValueError(f"{name} must have self-loops (A_ii = 1); use add_self_loops")
     return A.float()
 
-def add_self_loops(A) -> Tensor:
+def add_self_loops(A: Tensor | np.ndarray) -> Tensor:
     "A with every diagonal entry set to 1; shape kept, (n, n) or (B, n, n)."
     A = as_adjacency(A).clone()
     A.diagonal(dim1=-2, dim2=-1).fill_(1.0)
@@ -51,7 +51,7 @@ def _bool_matmul(X: Tensor, Y: Tensor) -> Tensor:
     "Boolean matrix product 1[X Y > 0] of 0/1 float tensors (..., n, n); exact because entries are counts <= n."
     return (X @ Y > 0).float()
 
-def reach_within(A,  # adjacency, (n, n) or (B, n, n)
+def reach_within(A: Tensor | np.ndarray,  # adjacency, (n, n) or (B, n, n)
                  k: int,  # number of steps, k >= 0
                  ) -> Tensor:
     "1[(I+A)^k > 0] = 1[dist(i, j) <= k], Eq. (connectivity-eq-walks), by binary exponentiation; float 0/1, shape of A."
@@ -65,9 +65,9 @@ def reach_within(A,  # adjacency, (n, n) or (B, n, n)
         if k: M = _bool_matmul(M, M)
     return out
 
-def connectivity_matrix(A,  # adjacency, (n, n) or (B, n, n); self-loops are added
+def connectivity_matrix(A: Tensor | np.ndarray,  # adjacency, (n, n) or (B, n, n); self-loops are added
                         return_products: bool = False,  # also return the number of matrix products used
-                        ):
+                        ) -> Tensor | tuple[Tensor, int]:
     "Reachability R (float 0/1, shape of A) by repeated squaring of 1[I+A > 0] until it is stable: ceil(log2 D) + 1 products."
     M = add_self_loops(A)
     products = 0
@@ -78,7 +78,7 @@ def connectivity_matrix(A,  # adjacency, (n, n) or (B, n, n); self-loops are add
         M = M2
     return (M, products) if return_products else M
 
-def reachability_bfs(A,  # adjacency, (n, n) or (B, n, n)
+def reachability_bfs(A: Tensor | np.ndarray,  # adjacency, (n, n) or (B, n, n)
                      ) -> Tensor:
     "Reachability R from scipy's breadth-first connected components (the reference); float 0/1, shape of A."
     A = as_adjacency(A)
@@ -88,7 +88,7 @@ def reachability_bfs(A,  # adjacency, (n, n) or (B, n, n)
         return (lab[:, None] == lab[None, :]).float()
     return one(A) if A.dim() == 2 else torch.stack([one(a) for a in A])
 
-def max_component_diameter(A,  # adjacency, (n, n) or (B, n, n)
+def max_component_diameter(A: Tensor | np.ndarray,  # adjacency, (n, n) or (B, n, n)
                            ) -> Tensor:
     "D(A): the largest diameter over the connected components (Definition connectivity-def-graph); int64, shape () or (B,)."
     A = as_adjacency(A)
@@ -242,7 +242,7 @@ class DisentangledTransformer(nn.Module):
             a.append(W.diagonal().mean() - off); b.append(off)
         return {"a": torch.stack(a), "b": torch.stack(b)}
 
-    def set_channels(self, a, b) -> "DisentangledTransformer":
+    def set_channels(self, a: Sequence[float] | Tensor | np.ndarray, b: Sequence[float] | Tensor | np.ndarray) -> "DisentangledTransformer":
         "Set a_l, b_l (sequences of length L, entries >= 0; 0 allowed for hand-set weights); returns self."
         a, b = torch.as_tensor(a, dtype=torch.float32), torch.as_tensor(b, dtype=torch.float32)
         if a.shape != (self.L,) or b.shape != (self.L,):
@@ -357,7 +357,7 @@ def exact_match(model: nn.Module,  # a model returning logits R-hat
                 A,  # graphs with self-loops, (B, n, n)
                 R: Tensor | None = None,  # reachability (B, n, n); computed with connectivity_matrix if None
                 ) -> float:
-    "Fraction of graphs whose n^2 predictions 1[R-hat > 0] all equal R."
+    "Exact match: fraction of graphs whose n^2 predictions 1[R-hat > 0] (Eq. connectivity-eq-readout) all equal R."
     A = as_adjacency(A, self_loops=True)
     R = connectivity_matrix(A) if R is None else R
     if R.shape != A.shape: raise ValueError(f"R must have the shape of A {tuple(A.shape)}, got {tuple(R.shape)}")
@@ -365,7 +365,7 @@ def exact_match(model: nn.Module,  # a model returning logits R-hat
     return (pred == (R > 0)).flatten(-2).all(-1).float().mean().item()
 
 # %% ../nbs/01_connectivity.ipynb #89074814
-def benchmark_reachability(sizes=(100, 250, 500, 1000),  # numbers of vertices of the single graphs
+def benchmark_reachability(sizes: Sequence[int] = (100, 250, 500, 1000),  # numbers of vertices of the single graphs
                            avg_degree: float = 3.0,  # expected degree c of G(n, c/n)
                            batch: tuple[int, int] = (1000, 16),  # (number of graphs, n) for the batched case
                            seed: int = 0,
@@ -380,7 +380,8 @@ def benchmark_reachability(sizes=(100, 250, 500, 1000),  # numbers of vertices o
     def best(f):
         times = []
         for _ in range(repeats):
-            t0 = time.perf_counter(); out = f(); times.append(time.perf_counter() - t0)
+            with Timer() as t: out = f()
+            times.append(t.seconds)
         return min(times), out
 
     rows = []

@@ -322,7 +322,8 @@ def verify_leontief_equilibrium(p: np.ndarray,  # profile, shape (m,)
     S = Q - a * p                                                         # S_{-j}, shape (m,)
     best = np.where(S < v, W * (v - S) / v, 0.0)                           # revenue of j's best deviation
     current = W * a * p / Q if trade else np.zeros_like(p)
-    spent = float((n * Bt).sum()) if trade else 0.0                       # each trading buyer spends Q * B_i / Q
+    t = Bt / Q if trade else np.zeros_like(Bt)                            # bundles per buyer of each type (Lemma), (T,)
+    spent = float((n * t).sum() * (p @ a))                                # sum_i n_i p.x_i with x_i = a t_i, O(m + T)
     gain = float((best - current).max()) / W
     return {"max_gain": gain, "spent_fraction": spent / W, "trading": bool(trade), "equilibrium": gain <= 1e-9}
 
