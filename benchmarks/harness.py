@@ -62,8 +62,9 @@ def add_ratios(rows: list[dict]) -> list[dict]:
     by_key = {(r["variant"], r["size"]): r for r in rows}
     for r in rows:
         ref = by_key.get((r.get("reference"), r["size"]))
-        if ref is not None and ref.get("seconds"):
+        if ref is not None and ref.get("seconds") and r.get("seconds") is not None:
             r["ratio"] = r["seconds"] / ref["seconds"]
+        r.pop("reference", None)
     return rows
 
 
@@ -121,6 +122,8 @@ def run(names: list[str] | None = None, tiny: bool = False, out: Path | None = N
 
 
 def _fmt(v) -> str:
+    if v is None:
+        return ""
     if isinstance(v, float):
         return f"{v:.3g}"
     return str(v)
@@ -133,7 +136,7 @@ def markdown(results: dict) -> str:
            f"Python {m['python']}, torch {m['torch']}, numpy {m['numpy']}."
            + (" **Tiny sizes (a smoke run), not for reading.**" if results.get("tiny") else "")]
     for name, c in results["cases"].items():
-        keys = [k for k in dict.fromkeys(k for r in c["rows"] for k in r) if k not in ("reference",)]
+        keys = list(dict.fromkeys(k for r in c["rows"] for k in r))
         out += ["", f"### {name}", "", c["what"], "", "| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
         out += ["| " + " | ".join(_fmt(r.get(k, "")) for k in keys) + " |" for r in c["rows"]]
         if c.get("slopes"):

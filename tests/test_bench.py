@@ -21,7 +21,7 @@ def test_ratio_and_slope_arithmetic():
     rows = add_ratios([{"variant": "ref", "size": 10, "seconds": 2.0},
                        {"variant": "new", "size": 10, "seconds": 1.0, "reference": "ref"},
                        {"variant": "ref", "size": 100, "seconds": 200.0}])
-    assert rows[1]["ratio"] == 0.5 and "ratio" not in rows[0]
+    assert rows[1]["ratio"] == 0.5 and "ratio" not in rows[0] and "reference" not in rows[1]
     assert slopes(rows) == pytest.approx({"ref": 2.0})
 
 
