@@ -29,7 +29,7 @@ def connectivity(n: int) -> list[dict]:
 @case("leontief", sizes=[10, 100, 1000, 10000], tiny=[10],
       what="The Leontief market with m sellers and 10^4 buyer types: computing the closed-form equilibrium and "
            "verifying it exactly (O(m + T)) against the grid search a reader would otherwise run, every seller's "
-           "best response over a 100-price grid (run up to m = 1000; it grows as m^2).",
+           "best response over a 100-price grid (run up to m = 1000).",
       sources=["icmlbook/data_pricing.py"])
 def leontief(m: int) -> list[dict]:
     from icmlbook.data_pricing import best_response, leontief_equilibrium, verify_leontief_equilibrium
