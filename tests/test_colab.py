@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from icmlbook.core import temp_env
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tools"))
 import colab  # noqa: E402
@@ -68,12 +70,7 @@ def test_copy_runs_offline_with_the_local_package(copy, tmp_path):
     env = {colab.DRY_ENV: "1", "ICMLBOOK_LEDGER": str(tmp_path), "ICMLBOOK_PROGRESS": "0",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     nb.cells = [c for c in nb.cells if not (c.cell_type == "code" and c.source.startswith(colab.SLOW_NOTE))]
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the kernel inherits the environment of the process that starts it
-    try:
+    with temp_env(**env):  # the kernel inherits the environment of the process that starts it
         NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(ROOT / "nbs")}}).execute()
-    finally:
-        for k, v in old.items():
-            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
     install_out = "".join(o.get("text", "") for o in nb.cells[[c.cell_type for c in nb.cells].index("code")].outputs)
     assert install_out.startswith("dry run:")
