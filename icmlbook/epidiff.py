@@ -3,6 +3,7 @@
 # %% ../nbs/18_epidiff.ipynb #4a0cc88c
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,9 +20,10 @@ from .core import progress
 # %% auto #0
 __all__ = ['LOG_BOUNDS', 'PRIOR_MEAN', 'PRIOR_STD', 'LEVEL_PRIOR_STD', 'SIR_STARTS', 'Epidemic', 'simulate_metapop_sir', 'World',
            'synthetic_world', 'make_windows', 'sir_curves', 'sir_neg_log_posterior', 'fit_sir_map', 'numerical_hessian',
-           'laplace_cov', 'ut_sigma_points', 'unscented_transform', 'rollout', 'MechanisticForecast',
-           'mechanistic_forecast', 'uncertainty_to_sigma', 'make_scheduler', 'RegionBlock', 'EpsNet', 'train_ddpm',
-           'guided_epsilon', 'steered_sample', 'crps', 'coverage']
+           'laplace_from_hessian', 'laplace_cov', 'ut_sigma_points', 'unscented_transform', 'rollout',
+           'MechanisticForecast', 'mechanistic_forecast', 'uncertainty_to_sigma', 'sir_predictive_samples',
+           'make_scheduler', 'RegionBlock', 'EpsNet', 'train_ddpm', 'guided_epsilon', 'steered_sample', 'crps',
+           'coverage']
 
 # %% ../nbs/18_epidiff.ipynb #5438b88a
 def _check_population(population) -> np.ndarray:
@@ -154,7 +156,7 @@ def _sir_inputs(y_hist, population, s0):
         raise ValueError("s0 (the susceptible share at the window start) must lie in (0, 1]")
     level = np.log(np.maximum(y_hist[:, :3].mean(1), 0.5))      # prior centre of log c_0
     if np.any(np.exp(level) >= 0.5 * s0 * population):
-        raise ValueError("the first incidence must be below half the susceptible population")
+        raise ValueError("y_hist: the mean of the first 3 days must be below half the susceptible population s0 * population")
     return y_hist, population, s0, level
 
 
@@ -171,6 +173,9 @@ def sir_curves(eta,          # (P, K, 3) parameters (log R0, log T_inf, log c_0)
                n_days: int,
                ) -> np.ndarray:
     "Single-region SIR incidence mu_t(eta) of Eq. (epidiff-eq-sir), starting from incidence c_0; -> (P, K, n_days) counts."
+    eta = np.asarray(eta, dtype=float)
+    if eta.ndim != 3 or eta.shape[-1] != 3 or len(eta) != len(population):
+        raise ValueError(f"eta must be (P, K, 3) with P = len(population) = {len(population)}, got {eta.shape}")
     beta, gamma = np.exp(eta[..., 0] - eta[..., 1]), np.exp(-eta[..., 1])
     s = np.broadcast_to(s0[:, None], beta.shape).copy()
     i = -np.log1p(-np.exp(eta[..., 2]) / population[:, None] / s) / beta     # i_0: the first incidence is c_0
@@ -229,6 +234,8 @@ def fit_sir_map(y_hist,                   # (P, T_h) reported counts, one row pe
         x0 = np.clip(np.column_stack([np.tile(start, (P, 1)), level]), lo, hi)
         res = scipy.optimize.minimize(objective, x0.ravel(), jac=True, method="L-BFGS-B", bounds=bounds,
                                       options=dict(maxiter=2000, ftol=1e-15, gtol=1e-7))
+        if not res.success:
+            warnings.warn(f"fit_sir_map: L-BFGS-B from start {np.exp(start).round(2)} stopped early: {res.message}")
         eta = res.x.reshape(P, 3)
         f = sir_neg_log_posterior(eta, y_hist, population, s0, level, dispersion)[0]
         if best is None:
@@ -254,18 +261,25 @@ def numerical_hessian(grad_fn,          # maps x (P, d) -> gradients (P, d) of P
     return (H + H.transpose(0, 2, 1)) / 2
 
 
-def laplace_cov(y_hist, population, s0, eta, dispersion: float = 5.0) -> tuple[np.ndarray, np.ndarray]:
-    """Laplace posterior covariance Sigma = H^{-1} at the MAP, Eq. (epidiff-eq-laplace); -> (P, 3, 3), projected (P,).
+def laplace_from_hessian(H,              # (P, d, d) Hessians of the negative log posterior at the MAP
+                         floor: float,   # precision given to non-positive curvature directions
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """Laplace covariance Sigma = H^{-1}, Eq. (epidiff-eq-laplace); -> Sigma (P, d, d), projected (P,).
 
-    A MAP on the boundary of the box can have an indefinite Hessian; there the eigenvalues below the smallest prior
-    precision are raised to it (the posterior is never wider than the prior) and `projected` flags the window."""
-    y_hist, population, s0, level = _sir_inputs(y_hist, population, s0)
-    H = numerical_hessian(lambda e: sir_neg_log_posterior(e, y_hist, population, s0, level, dispersion)[1], eta)
+    A MAP on the boundary of the box can have an indefinite Hessian. For such a window only, every eigenvalue below
+    `floor` (the smallest prior precision: a Hessian whose likelihood part is positive semi-definite never goes below
+    it) is raised to `floor`, and `projected` flags the window; windows with a positive definite Hessian are untouched."""
     lam, Q = np.linalg.eigh(H)
-    floor = 1 / max(PRIOR_STD.max(), LEVEL_PRIOR_STD) ** 2
     projected = lam[:, 0] <= 0
     lam = np.where(projected[:, None], np.maximum(lam, floor), lam)
     return np.einsum("pij,pj,pkj->pik", Q, 1 / lam, Q), projected
+
+
+def laplace_cov(y_hist, population, s0, eta, dispersion: float = 5.0) -> tuple[np.ndarray, np.ndarray]:
+    "Laplace covariance of the SIR posterior at its MAP `eta` (P, 3): numerical Hessian of Eq. (epidiff-eq-map), then `laplace_from_hessian`."
+    y_hist, population, s0, level = _sir_inputs(y_hist, population, s0)
+    H = numerical_hessian(lambda e: sir_neg_log_posterior(e, y_hist, population, s0, level, dispersion)[1], eta)
+    return laplace_from_hessian(H, floor=1 / max(PRIOR_STD.max(), LEVEL_PRIOR_STD) ** 2)
 
 # %% ../nbs/18_epidiff.ipynb #b202b6c1
 def ut_sigma_points(mu,                 # (P, L) means
@@ -310,6 +324,8 @@ def rollout(mu,                     # (P, K, T_h + T_p) SIR incidence of K param
     "Calibrated step-by-step forecast f_k, Eq. (epidiff-eq-rollout); -> (P, K, T_p)."
     P, K, n = mu.shape
     T_h = y_hist.shape[1]
+    if not 1 <= calib_days <= T_h or n <= T_h:
+        raise ValueError(f"need 1 <= calib_days <= T_h = {T_h} and mu longer than the history; got calib_days={calib_days}, {n} days")
     y_roll = np.repeat(y_hist[:, None, :], K, 1)
     out = []
     for k in range(n - T_h):
@@ -358,7 +374,9 @@ def mechanistic_forecast(y_hist,               # (P, T_h) reported counts
     mean, C = unscented_transform(F, eta, cov)
     var = np.diagonal(C, axis1=1, axis2=2).copy()
     if np.any(var <= 0):
-        raise ValueError("the unscented transform gave a non-positive forecast variance (a strongly curved forecast map)")
+        bad = np.flatnonzero((var <= 0).any(1))
+        raise ValueError(f"the unscented transform gave a non-positive forecast variance (a strongly curved forecast map) "
+                         f"for y_hist rows {bad.tolist()}; fit them separately or drop them")
     return MechanisticForecast(mean, var, eta, cov, projected)
 
 # %% ../nbs/18_epidiff.ipynb #b5d2048b
@@ -378,6 +396,21 @@ def uncertainty_to_sigma(u,                          # (...) mechanistic varianc
     return tau * sigma_min * (sigma_max / sigma_min) ** n
 
 # %% ../nbs/18_epidiff.ipynb #3eecc136
+def sir_predictive_samples(forecast: MechanisticForecast,
+                           n_samples: int,
+                           rng: np.random.Generator,
+                           dispersion: float = 5.0,   # NB alpha, as in the likelihood of Eq. (epidiff-eq-map)
+                           inflation: float = 1.0,    # multiplies the UT standard deviation sqrt(u)
+                           ) -> np.ndarray:
+    "Posterior-predictive counts of the SIR pipeline: NB(lambda, alpha) with log(1 + lambda) ~ N(mean_log, inflation^2 u); -> (P, T_p, n)."
+    if int(n_samples) != n_samples or n_samples < 1 or not inflation > 0 or not dispersion > 0:
+        raise ValueError(f"need a positive integer n_samples and inflation, dispersion > 0; got {n_samples}, {inflation}, {dispersion}")
+    z = rng.standard_normal(forecast.mean_log.shape + (int(n_samples),))
+    lam = np.expm1(forecast.mean_log[..., None] + inflation * np.sqrt(forecast.var_log)[..., None] * z)
+    lam = np.maximum(lam, 1e-12)          # 1 + lambda < 1 means an expected count below zero: treat it as (almost) zero
+    return rng.negative_binomial(dispersion, dispersion / (dispersion + lam)).astype(float)
+
+# %% ../nbs/18_epidiff.ipynb #2ebce309
 def make_scheduler(num_train_timesteps: int = 200, beta_end: float = 0.1) -> DDPMScheduler:
     "DiffSTG's quadratic schedule, beta_t = linspace(1e-4 ** 0.5, beta_end ** 0.5)^2, for Eq. (epidiff-eq-forward); no clipping."
     return DDPMScheduler(num_train_timesteps=num_train_timesteps, beta_start=1e-4, beta_end=beta_end,
@@ -448,7 +481,7 @@ def train_ddpm(model: EpsNet, x0, cond,   # x0 (N, 1, V, T) clean windows, cond 
     model.eval()
     return losses
 
-# %% ../nbs/18_epidiff.ipynb #38f8f31a
+# %% ../nbs/18_epidiff.ipynb #8fc758c9
 def guided_epsilon(eps,                # (B, 1, V, T) network prediction eps-hat
                    x_t,                # (B, 1, V, T) current sample
                    alpha_bar,          # scalar alpha-bar_t
@@ -459,6 +492,10 @@ def guided_epsilon(eps,                # (B, 1, V, T) network prediction eps-hat
                    ):
     "Steered noise prediction eps-tilde, Eq. (epidiff-eq-guided-eps): Gaussian-likelihood guidance on x0-hat."
     ab = torch.as_tensor(alpha_bar, dtype=x_t.dtype)
+    if not 0 < float(ab) <= 1:
+        raise ValueError(f"alpha_bar must lie in (0, 1], got {float(ab)}")
+    if (torch.as_tensor(sigma) < 0).any():
+        raise ValueError("sigma must be non-negative")
     x0_hat = (x_t - (1 - ab).sqrt() * eps) / ab.sqrt()          # Eq. (epidiff-eq-ddim)
     r2 = (1 - ab) / ab                                            # variance of x_0 given x_t under a flat prior
     g = torch.where(future, (mu - x0_hat) / (sigma ** 2 + r2), torch.zeros_like(x0_hat))
@@ -474,6 +511,10 @@ def steered_sample(model: EpsNet, cond,          # cond (B, C, V, T)
     "DDIM (eta = 0) sampling, Eq. (epidiff-eq-ddim), steered by Eq. (epidiff-eq-guided-eps); -> samples (B, n, V, T)."
     if (mu is None) != (sigma is None):
         raise ValueError("give both mu and sigma, or neither")
+    if not (isinstance(cond, torch.Tensor) and (mu is None or isinstance(mu, torch.Tensor))):
+        raise TypeError("cond and mu must be torch tensors")
+    if int(steps) != steps or steps < 1 or int(n_samples) != n_samples or n_samples < 1:
+        raise ValueError(f"steps and n_samples must be positive integers, got {steps} and {n_samples}")
     B, _, V, T = cond.shape
     ddim = DDIMScheduler.from_config(scheduler.config)
     ddim.set_timesteps(steps)
@@ -489,7 +530,7 @@ def steered_sample(model: EpsNet, cond,          # cond (B, C, V, T)
         x = ddim.step(eps, t, x, eta=0.0).prev_sample
     return x.reshape(B, n_samples, V, T)
 
-# %% ../nbs/18_epidiff.ipynb #8e15a62a
+# %% ../nbs/18_epidiff.ipynb #44e390df
 def crps(samples,   # (..., n) ensemble, n >= 2
          y,         # (...) observations
          ) -> np.ndarray:
@@ -504,5 +545,8 @@ def coverage(samples, y, level: float = 0.9) -> float:
     "Share of observations inside the central `level` interval of their ensemble; samples (..., n), y (...)."
     if not 0 < level < 1:
         raise ValueError(f"level must lie in (0, 1), got {level}")
+    samples, y = np.asarray(samples, dtype=float), np.asarray(y, dtype=float)
+    if samples.shape[:-1] != y.shape:
+        raise ValueError(f"samples must have shape y.shape + (n,); got {samples.shape} for y {y.shape}")
     lo, hi = np.quantile(samples, [(1 - level) / 2, (1 + level) / 2], axis=-1)
     return float(np.mean((y >= lo) & (y <= hi)))
