@@ -21,9 +21,9 @@ from .core import progress
 __all__ = ['LOG_BOUNDS', 'PRIOR_MEAN', 'PRIOR_STD', 'LEVEL_PRIOR_STD', 'SIR_STARTS', 'Epidemic', 'simulate_metapop_sir', 'World',
            'synthetic_world', 'make_windows', 'sir_curves', 'sir_neg_log_posterior', 'fit_sir_map', 'numerical_hessian',
            'laplace_from_hessian', 'laplace_cov', 'ut_sigma_points', 'unscented_transform', 'rollout',
-           'MechanisticForecast', 'mechanistic_forecast', 'uncertainty_to_sigma', 'sir_predictive_samples',
-           'make_scheduler', 'RegionBlock', 'EpsNet', 'train_ddpm', 'guided_epsilon', 'steered_sample', 'crps',
-           'coverage']
+           'MechanisticForecast', 'mechanistic_forecast', 'normalized_uncertainty', 'uncertainty_to_sigma',
+           'sir_predictive_samples', 'make_scheduler', 'RegionBlock', 'EpsNet', 'train_ddpm', 'guided_epsilon',
+           'steered_sample', 'crps', 'coverage']
 
 # %% ../nbs/18_epidiff.ipynb #5438b88a
 def _check_population(population) -> np.ndarray:
@@ -380,20 +380,26 @@ def mechanistic_forecast(y_hist,               # (P, T_h) reported counts
     return MechanisticForecast(mean, var, eta, cov, projected)
 
 # %% ../nbs/18_epidiff.ipynb #b5d2048b
-def uncertainty_to_sigma(u,                          # (...) mechanistic variances
-                         low: float, high: float,    # robust bounds of log u: its 10th and 90th training percentiles
-                         sigma_min: float = 0.1, sigma_max: float = 1.0, tau: float = 1.0,
-                         ) -> np.ndarray:
-    "Guidance width sigma = tau sigma_min (sigma_max / sigma_min)^n(u), Eq. (epidiff-eq-sigma-map); reliance is 1/sigma^2."
+def normalized_uncertainty(u,                        # (...) mechanistic variances
+                           low: float, high: float,  # robust bounds of log u: its 10th and 90th training percentiles
+                           ) -> np.ndarray:
+    "n(u) = clip((log u - low) / (high - low), 0, 1) of Eq. (epidiff-eq-sigma-map): the robust min-max scaling of log u."
     u = np.asarray(u, dtype=float)
     if np.any(~np.isfinite(u)) or np.any(u <= 0):
         raise ValueError("u must hold positive finite variances")
     if not high > low:
         raise ValueError(f"high must exceed low, got low={low}, high={high}")
+    return np.clip((np.log(u) - low) / (high - low), 0.0, 1.0)
+
+
+def uncertainty_to_sigma(u,                          # (...) mechanistic variances
+                         low: float, high: float,    # robust bounds of log u, as for normalized_uncertainty
+                         sigma_min: float = 0.1, sigma_max: float = 1.0, tau: float = 1.0,
+                         ) -> np.ndarray:
+    "Guidance width sigma = tau sigma_min (sigma_max / sigma_min)^n(u), Eq. (epidiff-eq-sigma-map); reliance is 1/sigma^2."
     if not 0 < sigma_min <= sigma_max or not tau > 0:
         raise ValueError(f"need 0 < sigma_min <= sigma_max and tau > 0, got {sigma_min}, {sigma_max}, {tau}")
-    n = np.clip((np.log(u) - low) / (high - low), 0.0, 1.0)
-    return tau * sigma_min * (sigma_max / sigma_min) ** n
+    return tau * sigma_min * (sigma_max / sigma_min) ** normalized_uncertainty(u, low, high)
 
 # %% ../nbs/18_epidiff.ipynb #3eecc136
 def sir_predictive_samples(forecast: MechanisticForecast,
