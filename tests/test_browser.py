@@ -1,12 +1,15 @@
 """The built book in a real browser (headless Chromium, driven by Playwright, over a local HTTP server).
 
-Skipped, with a message saying why, only where Chromium is not installed; `.ci/run` installs it, so CI runs
-these. Screenshots of the front page, a theory page and the scoreboard are saved in _build/screenshots/.
+Skipped, with a message saying why, where Chromium (or playwright) is not installed, except under CI=true:
+there a missing browser fails them, since `.ci/run` installs it and a skip would hide that they never ran.
+Screenshots of the front page, a theory page and the scoreboard are saved in _build/screenshots/.
 """
 import functools
 import http.server
+import os
 import re
 import shutil
+import sys
 import threading
 from pathlib import Path
 
@@ -35,13 +38,53 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
+def on_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def missing(reason: str) -> None:
+    "Skip for want of `reason`; on CI, fail instead."
+    if on_ci():
+        pytest.fail(f"{reason}, and CI=true: on CI the browser tests must run (.ci/run installs Chromium)")
+    pytest.skip(reason)
+
+
+def require_chromium() -> str:
+    if CHROMIUM is None:
+        missing("Chromium is not installed (Debian: apt-get install chromium): the browser tests need it")
+    return CHROMIUM
+
+
+def require_playwright():
+    try:
+        import playwright.sync_api as sync_api
+    except ImportError:
+        missing("playwright is not installed (pip install playwright): the browser tests need it")
+    return sync_api
+
+
+def test_missing_chromium_fails_on_ci_and_skips_elsewhere(monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", None)
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(pytest.fail.Exception, match="Chromium is not installed.*CI=true"):
+        require_chromium()
+    monkeypatch.delenv("CI")
+    with pytest.raises(pytest.skip.Exception, match="Chromium is not installed"):
+        require_chromium()
+    monkeypatch.setenv("CI", "false")
+    with pytest.raises(pytest.skip.Exception):
+        require_chromium()
+    monkeypatch.setattr(sys.modules[__name__], "CHROMIUM", "/usr/bin/chromium")
+    monkeypatch.setenv("CI", "true")
+    assert require_chromium() == "/usr/bin/chromium"
+
+
 @pytest.fixture(scope="module")
 def browser():
-    if CHROMIUM is None:
-        pytest.skip("Chromium is not installed (Debian: apt-get install chromium): the browser tests need it")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+    executable = require_chromium()
+    sync_api = require_playwright()
     with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        b = p.chromium.launch(executable_path=executable, args=ARGS)
         yield b
         b.close()
 

@@ -2,6 +2,7 @@
 import configparser
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -32,18 +33,100 @@ def test_settings_match_the_design():
     assert (s["lib_name"], s["nbs_path"], s["tst_flags"], s["min_python"]) == ("icmlbook", "nbs", "slow", "3.10")
 
 
-def test_nbdev_toolchain_pinned_in_one_place():
-    pins = (ROOT / "constraints.txt").read_text().split()
-    for pin in ("nbdev==2.4.14", "execnb==0.1.18", "fastcore==1.14.5"):
-        assert pin in pins
-    assert "-c constraints.txt" in (ROOT / "Makefile").read_text()
+def constraints() -> dict[str, str]:
+    "The exact pins of constraints.txt, by normalized distribution name."
+    pins = {}
+    for line in (ROOT / "constraints.txt").read_text(encoding="utf-8").splitlines():
+        line = line.split("#")[0].strip()
+        if line:
+            name, sep, version = line.partition("==")
+            assert sep and version.strip(), f"constraints.txt: {line!r} is not an exact pin"
+            pins[normalize(name)] = version.strip()
+    return pins
+
+
+def normalize(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name.strip()).lower()
+
+
+def test_the_environment_has_exactly_the_pinned_toolchain():
+    from importlib.metadata import PackageNotFoundError, version
+    pins = constraints()
+    for name in ("nbdev", "execnb", "fastcore", "jupyter-book", "sphinx", "myst-nb", "myst-parser", "sphinx-book-theme",
+                 "sphinx-proof", "sphinxcontrib-bibtex", "jupyter-cache", "nbclient", "playwright", "pytest-socket"):
+        assert name in pins, f"{name} must be pinned in constraints.txt"
+    wrong = {}
+    for name, pinned in pins.items():
+        try:
+            installed = version(name)
+        except PackageNotFoundError:
+            installed = None
+        if installed != pinned:
+            wrong[name] = (pinned, installed)
+    assert not wrong, f"installed versions differ from constraints.txt (pinned, installed): {wrong}; run `make install`"
+
+
+def test_pins_live_in_constraints_txt_only():
+    "No other file that installs or declares packages pins one of the constrained packages."
+    pinned = set(constraints())
+    assert "-c constraints.txt" in (ROOT / "Makefile").read_text(), "make must install under constraints.txt"
+    for f in ("settings.ini", "setup.py", "pyproject.toml", "Makefile", ".ci/run"):
+        path = ROOT / f
+        if not path.exists():
+            continue
+        for m in re.finditer(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(===?|~=)\s*[0-9]", path.read_text(encoding="utf-8")):
+            assert normalize(m.group(1)) not in pinned, f"{f} pins {m.group(0)!r}: pins belong in constraints.txt only"
+
+
+def test_ci_installs_chromium_and_npm_when_missing(tmp_path):
+    "Runs .ci/run with stand-ins for apt-get and make, on a PATH without chromium and npm, then with both."
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    for tool in ("bash", "dirname", "cat", "env"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    for tool in ("apt-get", "make"):
+        (bin_dir / tool).write_text(f'#!{shutil.which("bash")}\necho "{tool} $*" >> {log}\n')
+        (bin_dir / tool).chmod(0o755)
+    env = {"PATH": str(bin_dir), "HOME": str(tmp_path)}
+    r = subprocess.run([shutil.which("bash"), str(ROOT / ".ci" / "run")], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    calls = log.read_text().splitlines()
+    assert calls[0] == "apt-get update -qq", calls
+    assert len(calls) == 3 and calls[1].startswith("apt-get install") and calls[2] == "make test", calls
+    assert set(calls[1].split()) >= {"chromium", "npm"}, calls
+    for tool in ("chromium", "npm"):
+        (bin_dir / tool).write_text("#!/bin/true\n")
+        (bin_dir / tool).chmod(0o755)
+    log.unlink()
+    r = subprocess.run([shutil.which("bash"), str(ROOT / ".ci" / "run")], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert log.read_text().splitlines() == ["make test"], "nothing to install, so no apt-get"
+
+
+STATUSES = ("not written", "not run", "stale", "ran", "incomplete", "missing")
 
 
 def test_claims_command_prints_the_scoreboard(tmp_path):
+    "With an empty ledger: one row per chapter in the book's order, none of them run, the unwritten ones marked so."
+    from icmlbook.claims import CHAPTERS, notebook_name
     env = {**os.environ, "ICMLBOOK_LEDGER": str(tmp_path)}
     r = subprocess.run([sys.executable, "-m", "icmlbook.claims"], capture_output=True, text=True, env=env, cwd=ROOT)
     assert r.returncode == 0, r.stderr
-    assert "| 04 | bas:" in r.stdout and "not " in r.stdout
+    lines = r.stdout.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[header + 2:]:  # after the header and its |---| line, up to the end of the table
+        if not line.startswith("|"):
+            break
+        rows.append(line)
+    assert len(rows) == len(CHAPTERS), r.stdout
+    status_re = re.compile(r"\|\s*(" + "|".join(STATUSES) + r")\b[^|]*\|")
+    for row, (slug, _) in zip(rows, CHAPTERS):
+        assert re.search(rf"\b{re.escape(slug)}\b", row), f"row for {slug} expected, got {row}"
+        m = status_re.search(row)
+        assert m, f"no status out of {STATUSES} in {row}"
+        written = (ROOT / "nbs" / notebook_name(slug)).exists()
+        assert m.group(1) in (("not run", "missing") if written else ("not written",)), row
 
 
 def test_scale_rejects_unknown_values():
