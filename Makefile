@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export ICMLBOOK_PROGRESS ?= 0
 export ICMLBOOK_SCALE ?= ci
 
-.PHONY: install test book gates nbtest pytest booktest readme colab colab-test bench mathjax clean
+.PHONY: install test book gates nbtest pytest booktest readme colab colab-test bench mutate mathjax clean
 
 install: $(STAMP) $(MATHJAX)
 
@@ -77,5 +77,11 @@ colab-test: install
 bench: install
 	$(PY) benchmarks/run.py
 
-clean:
+# Mutation testing of one chapter's tests: `make mutate SLUG=bas` writes results/mutation/bas.json for the Test
+# strength appendix. tools/mutate.py installs its pinned cosmic-ray on first use; not part of `make test`, never
+# run in CI (one chapter takes up to 15 minutes). MUTATE_ARGS passes options, e.g. MUTATE_ARGS="--workers 1".
+mutate: install
+	@test -n "$(SLUG)" || { echo "usage: make mutate SLUG=<chapter slug>" >&2; exit 2; }
+	nice -n 10 $(PY) tools/mutate.py $(SLUG) $(MUTATE_ARGS)
+
 	rm -rf _build .mathjax
