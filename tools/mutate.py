@@ -504,9 +504,16 @@ def mutate_chapter(notebook: Path, module: Path, module_name: str, out: Path, *,
         "mutants": results,
     }
     data["score"] = score(data, {})["score"]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_result(out, data)
     return data
+
+
+def write_result(path: Path, data: dict) -> None:
+    "The result as JSON with one line per mutant, so that a re-run's diff reads mutant by mutant."
+    head = json.dumps({k: v for k, v in data.items() if k != "mutants"}, indent=1, ensure_ascii=False)
+    rows = ",\n".join("  " + json.dumps(m, ensure_ascii=False) for m in data["mutants"])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(head[:-2] + ',\n "mutants": [\n' + rows + "\n ]\n}\n", encoding="utf-8")
 
 
 # ----------------------------------------------------------------------------------------------------------
