@@ -12,7 +12,7 @@ export TRANSFORMERS_OFFLINE := 1
 export ICMLBOOK_PROGRESS ?= 0
 export ICMLBOOK_SCALE ?= ci
 
-.PHONY: install test book gates nbtest pytest booktest readme colab colab-test bench mutate mathjax clean
+.PHONY: install test book gates nbtest pytest booktest readme colab colab-test bench mutate chapter mathjax clean
 
 install: $(STAMP) $(MATHJAX)
 
@@ -84,4 +84,13 @@ mutate: install
 	@test -n "$(SLUG)" || { echo "usage: make mutate SLUG=<chapter slug>" >&2; exit 2; }
 	nice -n 10 $(PY) tools/mutate.py $(SLUG) $(MUTATE_ARGS)
 
+# A new chapter from the template: the notebook with every section of CHAPTER.md (placeholder cells that fail
+# until written), its claims registry, its toc entry and its link in the front page's table.
+chapter: install
+	@test -n "$(SLUG)" || { echo "usage: make chapter SLUG=<chapter slug> [ISSUE=<number>]" >&2; exit 2; }
+	$(PY) tools/new_chapter.py $(SLUG) $(if $(ISSUE),--issue $(ISSUE))
+	$(PY) tools/readme.py
+	$(PY) tools/colab.py
+
+clean:
 	rm -rf _build .mathjax

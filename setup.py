@@ -30,7 +30,10 @@ setuptools.setup(
                  'Natural Language :: ' + cfg['language'].title()]
                 + ['Programming Language :: Python :: ' + o for o in py_versions[py_versions.index(min_python):]],
     url=cfg['git_url'],
-    packages=setuptools.find_packages(include=[cfg['lib_name'], cfg['lib_name'] + '.*']),
+    packages=setuptools.find_packages(include=[cfg['lib_name'], cfg['lib_name'] + '.*']) + [cfg['lib_name'] + '.registry'],
+    # the chapters' claims registries (nbs/claims/*.yml) ship inside the package, so pages work when installed (Colab)
+    package_dir={cfg['lib_name'] + '.registry': cfg['nbs_path'] + '/claims'},
+    package_data={cfg['lib_name'] + '.registry': ['*.yml']},
     include_package_data=True,
     install_requires=requirements,
     extras_require={'dev': dev_requirements},

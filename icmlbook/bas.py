@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from .core import progress, seed_everything
+from .core import num_threads, progress, seed_everything
 
 # %% auto #0
 __all__ = ['FP8_MAX', 'STATE_DTYPES', 'BLOCK_SCALES', 'block_layout', 'to_blocks', 'from_blocks', 'block_mean', 'quantize_fp8',
@@ -560,27 +560,24 @@ def encoded_corpus(context: int = 32, n_val: int = 128) -> dict[str, Tensor]:
 
 def lm_task(task: dict) -> dict:
     "One run: task = {optimizer, lr, seed, steps[, init (a state_dict), data ('pretrain' or 'finetune')]}; returns train_lm's result (+ weights)."
-    torch.set_num_threads(1)
-    data = encoded_corpus()
-    model = tiny_gpt2(int(data["vocab_size"]), task["seed"])
-    if task.get("init") is not None: model.load_state_dict(task["init"])
-    opt = make_optimizer(task["optimizer"], model, task["lr"])
-    ft = task.get("data", "pretrain") == "finetune"
-    out = train_lm(model, opt, data["ft_train" if ft else "train"], data["ft_val" if ft else "val"],
-                   task["steps"], task["seed"])
-    out["state_bytes"] = state_bytes(opt)
-    if task.get("keep_weights"): out["weights"] = {k: v.clone() for k, v in model.state_dict().items()}
-    return dict(task, init=None, **out)
+    with num_threads(1):  # one thread per run, in the pool or in this process
+        data = encoded_corpus()
+        model = tiny_gpt2(int(data["vocab_size"]), task["seed"])
+        if task.get("init") is not None: model.load_state_dict(task["init"])
+        opt = make_optimizer(task["optimizer"], model, task["lr"])
+        ft = task.get("data", "pretrain") == "finetune"
+        out = train_lm(model, opt, data["ft_train" if ft else "train"], data["ft_val" if ft else "val"],
+                       task["steps"], task["seed"])
+        out["state_bytes"] = state_bytes(opt)
+        if task.get("keep_weights"): out["weights"] = {k: v.clone() for k, v in model.state_dict().items()}
+        return dict(task, init=None, **out)
 
 def run_tasks(fn: Callable[[dict], dict], tasks: list[dict], workers: int = 2, desc: str | None = None) -> list[dict]:
     "map `fn` over `tasks` (in order) on `workers` forked processes, or in this process when workers == 1 or fork is missing."
     import multiprocessing
     if workers < 1: raise ValueError(f"workers must be >= 1, got {workers}")
-    threads = torch.get_num_threads()
-    try:
-        if workers == 1 or "fork" not in multiprocessing.get_all_start_methods():
-            return [fn(t) for t in progress(tasks, desc=desc)]
-        with multiprocessing.get_context("fork").Pool(workers) as pool:
-            return list(progress(pool.imap(fn, tasks), desc=desc, total=len(tasks)))
-    finally:
-        torch.set_num_threads(threads)
+    if workers == 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return [fn(t) for t in progress(tasks, desc=desc)]
+    # a forked worker must never run on more than one thread: OpenMP's thread pool does not survive fork
+    with multiprocessing.get_context("fork").Pool(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+        return list(progress(pool.imap(fn, tasks), desc=desc, total=len(tasks)))

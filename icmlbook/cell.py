@@ -40,8 +40,10 @@ def _sbm_domain(n_nodes: int, corr: float, probs: Tensor, mu_y: float, mu_s: flo
     order = torch.argsort(2 * y + s, stable=True)  # stochastic_blockmodel_graph numbers blocks consecutively
     y, s = y[order], s[order]
     block = 2 * y + s
-    torch.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))  # the SBM sampler uses the global RNG
-    edge_index = stochastic_blockmodel_graph(torch.bincount(block, minlength=4), probs)
+    # stochastic_blockmodel_graph draws from torch's global CPU generator: seed it from gen, and put it back after
+    with torch.random.fork_rng(devices=[]):
+        torch.default_generator.manual_seed(int(torch.randint(0, 2**31 - 1, (1,), generator=gen)))
+        edge_index = stochastic_blockmodel_graph(torch.bincount(block, minlength=4), probs)
     pm = lambda v: (2 * v - 1).float()[:, None]
     x = torch.randn(n_nodes, 3 * n_feat, generator=gen)  # [causal | sensitive | noise]
     x[:, :n_feat] += mu_y * pm(y)

@@ -14,7 +14,7 @@ from scipy.sparse.csgraph import connected_components, shortest_path
 from torch import Tensor, nn
 from transformers import RobertaPreLayerNormConfig, RobertaPreLayerNormModel
 
-from .core import Timer, progress
+from .core import Timer, num_threads, progress
 
 # %% auto #0
 __all__ = ['WITHIN_FAMILIES', 'as_adjacency', 'add_self_loops', 'reach_within', 'connectivity_matrix', 'reachability_bfs',
@@ -332,10 +332,8 @@ def train(model: nn.Module,  # DisentangledTransformer or StandardGraphTransform
     steps, batch_size = _check_count(steps, "steps"), _check_count(batch_size, "batch_size")
     if not lr > 0: raise ValueError(f"lr must be > 0, got {lr}")
     targets = connectivity_matrix(graphs)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the tensors are tiny: on a shared CPU thread start-up dominates every step
-    try: return _train_loop(model, graphs, targets, steps, lr, batch_size, seed, record_every, desc)
-    finally: torch.set_num_threads(threads)
+    with num_threads(1):  # the tensors are tiny: on a shared CPU thread start-up dominates every step
+        return _train_loop(model, graphs, targets, steps, lr, batch_size, seed, record_every, desc)
 
 def _train_loop(model, graphs, targets, steps, lr, batch_size, seed, record_every, desc) -> dict[str, list]:
     opt = torch.optim.Adam(model.parameters(), lr=lr)

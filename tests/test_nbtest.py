@@ -183,24 +183,31 @@ def test_the_book_config_names_the_keyed_cache(tmp_path, monkeypatch):
 
 def build_page(notebook: Path, tmp_path: Path, scale: str, *flags: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "ICMLBOOK_CACHE_ROOT": str(tmp_path / "cache"), "ICMLBOOK_SCALE": scale,
-           "ICMLBOOK_TRACE": str(tmp_path / "trace.txt")}
+           "ICMLBOOK_TRACE": str(tmp_path / "trace.txt"), "ICMLBOOK_LEDGER": str(tmp_path / "ledger"),
+           "ICMLBOOK_FIXTURE_REGISTRY": str(tmp_path / "bas.yml")}
     return subprocess.run([sys.executable, str(ROOT / "tools" / "book.py"), "--execute", "cache", *flags,
                            "--page", str(notebook)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 
 def test_a_full_scale_build_executes_again_and_then_comes_from_the_cache(tmp_path):
     (tmp_path / "pages").mkdir()
+    (tmp_path / "bas.yml").write_text("chapter: bas\nseeds: {ci: [100], full: [100, 101]}\nclaims:\n  C1:\n"
+                                      "    claim: c\n    criterion: ratio <= 1\n    checks: [ratio <= 1]\n")
     nb = write_notebook(tmp_path / "pages" / "scaled.ipynb",
-                        "import os",
+                        "import os\nfrom icmlbook.claims import ChapterRun\n"
+                        "run = ChapterRun('bas', registry=os.environ['ICMLBOOK_FIXTURE_REGISTRY'], show=False)",
                         "with open(os.environ['ICMLBOOK_TRACE'], 'a') as f:\n"
-                        "    f.write(os.environ['ICMLBOOK_SCALE'] + '\\n')")
+                        "    f.write(os.environ['ICMLBOOK_SCALE'] + '\\n')\n"
+                        "run.record('C1', {'ratio': [0.5] * len(run.seeds('C1'))}, run.seeds('C1'))\nrun.finish()")
     trace = tmp_path / "trace.txt"
+    record = lambda scale: json.loads((tmp_path / "ledger" / scale / "bas.json").read_text())
     r = build_page(nb, tmp_path, "ci")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    assert trace.read_text().split() == ["ci"]
+    assert trace.read_text().split() == ["ci"] and record("ci")["claims"][0]["scale"] == "ci"
     r = build_page(nb, tmp_path, "full", "--expect-cached")
     assert trace.read_text().split() == ["ci", "full"], "the full scale rendered the default scale's outputs"
     assert r.returncode != 0 and "executed scaled.ipynb" in r.stderr, "--expect-cached missed the execution"
+    assert record("full")["scale"] == "full" and record("full")["claims"][0]["seeds"] == [100, 101]
     r = build_page(nb, tmp_path, "full", "--expect-cached")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert trace.read_text().split() == ["ci", "full"], "the second full-scale build executed the page again"

@@ -1,0 +1,59 @@
+"""The claim tables in a real browser: one row per chapter or claim, criteria with '|' kept in their cell.
+
+Uses the fixtures of tests/test_browser.py (a local server over the built book, headless Chromium).
+"""
+import re
+
+import pytest
+from test_browser import PAGES, browser, server, visit  # noqa: F401  (pytest fixtures)
+
+from icmlbook.claims import CHAPTERS, load_registry
+
+TABLE_CELLS = """(head) => Array.from(document.querySelectorAll('article table'))
+    .filter(t => t.rows.length && t.rows[0].innerText.includes(head))
+    .map(t => Array.from(t.rows).map(r => Array.from(r.cells).map(c => c.innerText.trim())))"""
+
+
+def test_scoreboard_has_one_row_per_chapter(browser, server):
+    v = visit(browser, server, "nbs/scoreboard")
+    try:
+        tables = v.page.evaluate(TABLE_CELLS, "verdicts (this build)")
+        assert len(tables) == 1, "the scoreboard table is missing"
+        rows = tables[0]
+        assert len(rows) == len(CHAPTERS) + 1 and all(len(r) == 6 for r in rows), rows
+        assert [r[1].split(":")[0] for r in rows[1:]] == [s for s, _ in CHAPTERS]
+        for term in ("fragile", "unequal care", "[?Re]", "missing", "incomplete", "development seeds"):
+            assert term in v.page.inner_text("article"), f"the scoreboard page does not explain {term!r}"
+    finally:
+        v.close()
+
+
+def test_criteria_with_pipes_stay_in_their_cell(browser, server):
+    criterion = load_registry("connectivity").claim("C2").criterion
+    assert "|" in criterion
+    v = visit(browser, server, "nbs/scoreboard")
+    try:
+        rows = v.page.evaluate(TABLE_CELLS, "criterion (registered)")[0]
+        assert all(len(r) == 4 for r in rows), "a claim row of the scoreboard has the wrong number of cells"
+        assert any(r[2] == criterion for r in rows), "the connectivity criterion with '|' is not one cell"
+    finally:
+        v.close()
+    v = visit(browser, server, "nbs/01_connectivity")
+    try:
+        rows = [r for t in v.page.evaluate(TABLE_CELLS, "criterion (registered)") for r in t[1:]]
+        assert rows and all(len(r) == 3 for r in rows)
+        assert [r[1] for r in rows if r[0].startswith("C2")] == [criterion]
+    finally:
+        v.close()
+
+
+@pytest.mark.parametrize("page", [p for p in PAGES if re.search(r"/(?!00)\d\d_", p)] + ["nbs/scoreboard"])
+def test_claim_tables_fit_the_content_column(browser, server, page):
+    v = visit(browser, server, page)
+    try:
+        over = v.page.evaluate("() => Array.from(document.querySelectorAll('article table'))"
+                               ".filter(t => t.innerText.includes('verdict') || t.innerText.includes('mean ± sd'))"
+                               ".map(t => t.scrollWidth - t.parentElement.clientWidth)")
+        assert over and max(over) <= 1, f"a claim table on {page} is wider than the content column: {over}"
+    finally:
+        v.close()

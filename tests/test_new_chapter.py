@@ -1,0 +1,66 @@
+"""`make chapter SLUG=...`: the template has every section in order, fails until written, and joins the toc and index."""
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from icmlbook.claims import Registry
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+from test_structure import SECTIONS  # noqa: E402
+
+
+def new_chapter(tmp_path: Path, slug: str) -> subprocess.CompletedProcess:
+    for f in ("_toc.yml", "nbs/index.ipynb"):
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / f, tmp_path / f)
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "new_chapter.py"), slug, "--issue", "25",
+                           "--root", str(tmp_path)], capture_output=True, text=True)
+
+
+def test_template_has_the_sections_and_joins_toc_and_index(tmp_path):
+    r = new_chapter(tmp_path, "e2po")
+    assert r.returncode == 0, r.stderr
+    nb = json.loads((tmp_path / "nbs" / "05_e2po.ipynb").read_text())
+    md = [("".join(c["source"])) for c in nb["cells"] if c["cell_type"] == "markdown"]
+    heads = [m.group(1) for s in md for m in re.finditer(r"^## (.+)$", s, re.M)]
+    assert heads == SECTIONS and md[0].startswith("# ") and "ICML 2026" in md[0]
+    code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code[0] == "#| default_exp e2po" and 'run = ChapterRun("e2po")' in code[1] and code[-1] == "run.finish()"
+    assert sum("raise NotImplementedError" in c for c in code) >= len(SECTIONS) - 1
+    reg = Registry.from_text((tmp_path / "nbs" / "claims" / "e2po.yml").read_text(), "e2po")
+    assert reg.issue == 25 and reg.seed_kind == "verdict" and reg.seeds("C1", "ci") == (100, 101, 102)
+    toc = yaml.safe_load((tmp_path / "_toc.yml").read_text())
+    part = next(p for p in toc["parts"] if p["caption"] == "Optimization and alignment")
+    assert [c["file"] for c in part["chapters"]] == ["nbs/04_bas", "nbs/05_e2po", "nbs/07_prosv"]
+    index = "".join("".join(c["source"]) for c in json.loads((tmp_path / "nbs" / "index.ipynb").read_text())["cells"])
+    assert "| 05 | [e2po](05_e2po.ipynb) |" in index
+    assert (tmp_path / "_toc.yml").read_text().startswith("# Table of contents")  # the header comment is kept
+
+
+def test_a_new_part_is_created_in_book_order(tmp_path):
+    assert new_chapter(tmp_path, "lgdea").returncode == 0
+    captions = [p["caption"] for p in yaml.safe_load((tmp_path / "_toc.yml").read_text())["parts"]]
+    assert captions.index("Graphs and fairness") < captions.index("Vision, language and multimodal") \
+        < captions.index("Signals, time series and the brain")
+
+
+def test_the_template_fails_until_written(tmp_path):
+    assert new_chapter(tmp_path, "e2po").returncode == 0
+    nb = json.loads((tmp_path / "nbs" / "05_e2po.ipynb").read_text())
+    first = next("".join(c["source"]) for c in nb["cells"] if "NotImplementedError" in "".join(c["source"]))
+    r = subprocess.run([sys.executable, "-c", first], capture_output=True, text=True)
+    assert r.returncode != 0 and "NotImplementedError: placeholder" in r.stderr
+
+
+def test_refuses_an_unknown_slug_and_an_existing_chapter(tmp_path):
+    r = new_chapter(tmp_path, "adam")
+    assert r.returncode == 2 and "chapter must be one of" in r.stderr
+    (tmp_path / "nbs" / "04_bas.ipynb").write_text("{}")
+    r = new_chapter(tmp_path, "bas")
+    assert r.returncode == 2 and "exists already" in r.stderr
