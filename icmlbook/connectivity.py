@@ -3,13 +3,14 @@
 # %% ../nbs/01_connectivity.ipynb #55f94d52
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from scipy.sparse import csr_matrix
+from scipy.sparse import coo_matrix, csr_matrix
 from scipy.sparse.csgraph import connected_components, shortest_path
 from torch import Tensor, nn
 from transformers import RobertaPreLayerNormConfig, RobertaPreLayerNormModel
@@ -19,7 +20,8 @@ from .core import Timer, num_threads, progress
 # %% auto #0
 __all__ = ['WITHIN_FAMILIES', 'as_adjacency', 'add_self_loops', 'reach_within', 'connectivity_matrix', 'reachability_bfs',
            'max_component_diameter', 'sample_graphs', 'ood_families', 'DisentangledTransformer', 'hand_set_algorithm',
-           'StandardGraphTransformer', 'train', 'exact_match', 'benchmark_reachability']
+           'without_heuristic_channel', 'StandardGraphTransformer', 'train', 'exact_match', 'AlwaysConnected',
+           'exact_match_by_diameter', 'benchmark_reachability']
 
 # %% ../nbs/01_connectivity.ipynb #14ad5ae1
 def as_adjacency(A: Tensor | np.ndarray,  # adjacency matrix or batch, shape (n, n) or (B, n, n), entries in {0, 1}
@@ -79,14 +81,22 @@ def connectivity_matrix(A: Tensor | np.ndarray,  # adjacency, (n, n) or (B, n, n
     return (M, products) if return_products else M
 
 def reachability_bfs(A: Tensor | np.ndarray,  # adjacency, (n, n) or (B, n, n)
+                     per_graph: bool = False,  # batch only: one scipy call per graph instead of one on the union
                      ) -> Tensor:
     "Reachability R from scipy's breadth-first connected components (the reference); float 0/1, shape of A."
     A = as_adjacency(A)
-    def one(a: Tensor) -> Tensor:
-        _, labels = connected_components(csr_matrix(a.numpy()), directed=False)
+    def same_label(labels: np.ndarray) -> Tensor:  # labels (..., n) -> R (..., n, n)
         lab = torch.from_numpy(labels)
-        return (lab[:, None] == lab[None, :]).float()
-    return one(A) if A.dim() == 2 else torch.stack([one(a) for a in A])
+        return (lab[..., :, None] == lab[..., None, :]).float()
+    if A.dim() == 2 or per_graph:
+        one = lambda a: same_label(connected_components(csr_matrix(a.numpy()), directed=False)[1])
+        return one(A) if A.dim() == 2 else torch.stack([one(a) for a in A])
+    # a batch is one graph: the block-diagonal union of its B graphs, vertex (b, i) -> b n + i; one BFS call
+    Bn, n = A.shape[0], A.shape[-1]
+    b, i, j = A.nonzero(as_tuple=True)
+    union = coo_matrix((np.ones(len(b)), ((b * n + i).numpy(), (b * n + j).numpy())), shape=(Bn * n, Bn * n))
+    _, labels = connected_components(union.tocsr(), directed=False)
+    return same_label(labels.reshape(Bn, n))
 
 def max_component_diameter(A: Tensor | np.ndarray,  # adjacency, (n, n) or (B, n, n)
                            ) -> Tensor:
@@ -214,6 +224,7 @@ class DisentangledTransformer(nn.Module):
                  param: str = "channel",  # "channel": W_l = a_l I + b_l J with a_l, b_l >= 0; "full": free W_l
                  a0: float = 0.1,  # initial a_l (> 0)
                  b0: float = 0.1,  # initial b_l (> 0)
+                 seed: int | None = None,  # None: a_l = a0, b_l = b0, w = 1; else each is jittered by this seed
                  ):
         super().__init__()
         self.n, self.L = _check_count(n, "n"), _check_count(L, "L")
@@ -221,13 +232,16 @@ class DisentangledTransformer(nn.Module):
             raise ValueError(f"param must be 'channel' or 'full', got {param!r}")
         if not (a0 > 0 and b0 > 0): raise ValueError(f"a0 and b0 must be > 0, got a0={a0}, b0={b0}")
         self.param = param
+        # seeded initialisation: a_l, b_l times exp(0.2 z), w_k = 1 + 0.2 z, z ~ N(0, 1); still a_l I + b_l J
+        gen = torch.Generator().manual_seed(seed) if seed is not None else None
+        jitter = lambda m: 0.2 * torch.randn(m, generator=gen) if gen is not None else torch.zeros(m)
+        log_a, log_b = math.log(a0) + jitter(L), math.log(b0) + jitter(L)  # (L,), (L,)
         if param == "channel":
-            self.log_a = nn.Parameter(torch.full((L,), math.log(a0)))
-            self.log_b = nn.Parameter(torch.full((L,), math.log(b0)))
+            self.log_a, self.log_b = nn.Parameter(log_a), nn.Parameter(log_b)
         else:
-            self.W = nn.ParameterList([nn.Parameter(a0 * torch.eye(m) + b0 * torch.ones(m, m))
-                                       for m in (n * 2 ** l for l in range(L))])
-        self.w = nn.Parameter(torch.ones(2 ** L))  # read-out weight of each block
+            self.W = nn.ParameterList([nn.Parameter(log_a[l].exp() * torch.eye(m) + log_b[l].exp() * torch.ones(m, m))
+                                       for l, m in enumerate(n * 2 ** l for l in range(L))])
+        self.w = nn.Parameter(1.0 + jitter(2 ** L))  # read-out weight of each block
         self.log_gamma = nn.Parameter(torch.zeros(()))  # read-out scale gamma = exp(log_gamma)
         self.beta = nn.Parameter(torch.zeros(()))  # read-out threshold
 
@@ -286,6 +300,14 @@ def hand_set_algorithm(model: DisentangledTransformer) -> DisentangledTransforme
         model.w.zero_(); model.w[-1] = 1.0
         model.log_gamma.zero_(); model.beta.zero_()
     return model
+
+def without_heuristic_channel(model: DisentangledTransformer) -> DisentangledTransformer:
+    "The b = 0 ablation: a copy of a channel model with every b_l = 0 and a_l, w, gamma, beta kept (the a-channel alone)."
+    if not isinstance(model, DisentangledTransformer) or model.param != "channel":
+        raise TypeError(f"model must be a DisentangledTransformer with param='channel', got {model!r:.60}")
+    out = copy.deepcopy(model)
+    with torch.no_grad(): out.log_b.fill_(-math.inf)  # b_l = exp(-inf) = 0 exactly
+    return out
 
 # %% ../nbs/01_connectivity.ipynb #23971d6e
 class StandardGraphTransformer(nn.Module):
@@ -362,6 +384,22 @@ def exact_match(model: nn.Module,  # a model returning logits R-hat
     pred = model(A) > 0
     return (pred == (R > 0)).flatten(-2).all(-1).float().mean().item()
 
+class AlwaysConnected(nn.Module):
+    "The trivial reference: logit +1 for every pair, i.e. always answer 'connected'; its exact match is the share of connected graphs."
+    def forward(self, A) -> Tensor:
+        return torch.ones_like(as_adjacency(A, self_loops=True))  # (B, n, n) or (n, n)
+
+@torch.no_grad()
+def exact_match_by_diameter(model: nn.Module,  # a model returning logits R-hat
+                            A,  # graphs with self-loops, (B, n, n)
+                            ) -> dict[int, tuple[float, int]]:
+    "Exact match grouped by D(A), the largest component diameter: {D: (exact match, number of graphs)}, D ascending."
+    A = as_adjacency(A, self_loops=True)
+    if A.dim() != 3: raise ValueError(f"A must have shape (B, n, n), got {tuple(A.shape)}")
+    right = ((model(A) > 0) == (connectivity_matrix(A) > 0)).flatten(-2).all(-1)  # (B,)
+    D = max_component_diameter(A)
+    return {int(d): (right[D == d].float().mean().item(), int((D == d).sum())) for d in D.unique()}
+
 # %% ../nbs/01_connectivity.ipynb #89074814
 def benchmark_reachability(sizes: Sequence[int] = (100, 250, 500, 1000),  # numbers of vertices of the single graphs
                            avg_degree: float = 3.0,  # expected degree c of G(n, c/n)
@@ -369,7 +407,8 @@ def benchmark_reachability(sizes: Sequence[int] = (100, 250, 500, 1000),  # numb
                            seed: int = 0,
                            repeats: int = 3,  # each time is the best of this many runs (robust to a busy CPU)
                            ) -> list[dict]:
-    "Best-of-`repeats` wall times (s) of repeated squaring and scipy BFS for reachability; one row per case, results checked equal."
+    """Best-of-`repeats` wall times (s) of repeated squaring and scipy BFS for reachability; one row per case, results
+    checked equal. For the batch, `bfs_s` is one scipy call on the block-diagonal union, `bfs_loop_s` one call per graph."""
     rng = np.random.default_rng(seed)
     repeats = _check_count(repeats, "repeats")
     cases = [(1, n, torch.from_numpy(_erdos_renyi(n, 1, (avg_degree / n,) * 2, rng)[0])) for n in sizes]
@@ -388,4 +427,5 @@ def benchmark_reachability(sizes: Sequence[int] = (100, 250, 500, 1000),  # numb
         t_bfs, R2 = best(lambda: reachability_bfs(A))
         if not torch.equal(R1, R2): raise RuntimeError(f"repeated squaring and BFS disagree on {graphs} graphs of n={n}")
         rows.append({"graphs": graphs, "n": n, "products": products, "squaring_s": t_sq, "bfs_s": t_bfs})
+        if A.dim() == 3: rows[-1]["bfs_loop_s"] = best(lambda: reachability_bfs(A, per_graph=True))[0]
     return rows
