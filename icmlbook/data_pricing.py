@@ -3,17 +3,17 @@
 # %% ../nbs/02_data_pricing.ipynb #9497c40c
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import networkx as nx
 import numpy as np
 from scipy.optimize import linprog
 
 # %% auto #0
-__all__ = ['UTILITIES', 'RTOL', 'buyer_demand', 'buyer_lp_value', 'buyer_value', 'revenues', 'best_response', 'revenue_table',
-           'deviation_graph', 'profile_of', 'pure_nash', 'deviation_gains', 'classify_sink', 'best_response_dynamics',
-           'LeontiefEquilibrium', 'leontief_equilibrium', 'verify_leontief_equilibrium', 'liquid_welfare',
-           'mediated_outcome', 'linear_regime', 'undercut_price', 'regime_graph']
+__all__ = ['UTILITIES', 'RTOL', 'Market', 'buyer_demand', 'buyer_lp_value', 'buyer_value', 'revenues', 'best_response',
+           'revenue_table', 'deviation_graph', 'profile_of', 'pure_nash', 'deviation_gains', 'classify_sink',
+           'best_response_dynamics', 'LeontiefEquilibrium', 'leontief_equilibrium', 'verify_leontief_equilibrium',
+           'liquid_welfare', 'buyer_surplus', 'mediated_outcome', 'linear_regime', 'undercut_price', 'regime_graph']
 
 # %% ../nbs/02_data_pricing.ipynb #ec4082ea
 UTILITIES = ("linear", "leontief")
@@ -27,116 +27,142 @@ def _positive(name: str, x, allow_zero: bool = False) -> np.ndarray:
         raise ValueError(f"{name} must be finite and {'>= 0' if allow_zero else '> 0'}, got {shown}")
     return x
 
-def _market(p, a, B, utility, v, cap):
-    "Validate and convert the arguments shared by the market functions."
-    if not isinstance(utility, str): raise TypeError(f"utility must be a str, got {type(utility).__name__}")
-    if utility not in UTILITIES: raise ValueError(f"utility must be one of {UTILITIES}, got {utility!r}")
-    a = np.asarray(a, dtype=float)
-    if a.ndim != 1 or a.size == 0: raise ValueError(f"a must be a non-empty 1-D array of utility weights, got shape {a.shape}")
-    a = _positive("a (utility weights)", a)
+@dataclass(frozen=True, eq=False)
+class Market:
+    "The data market of Eq. (data_pricing-eq-buyer): sellers' utility weights, buyer types, utility, cap and tie rule."
+    a: np.ndarray  # utility weights, shape (m,), > 0
+    B: float | np.ndarray = 1.0  # budget of each buyer type, scalar or shape (T,), > 0
+    n: float | np.ndarray = 1.0  # number of buyers of each type, scalar or shape (T,), > 0
+    utility: str = "linear"  # "linear" (substitutes) or "leontief" (complements)
+    v: float | np.ndarray = 1.0  # value of one Leontief bundle for each type, scalar or shape (T,), > 0
+    cap: float | None = None  # per-dataset purchase cap c (None: the uncapped model)
+    indifferent_buys: bool = True  # a buyer with zero surplus buys (True, the maximal-spend optimum) or abstains
+
+    def __post_init__(self):
+        if not isinstance(self.utility, str): raise TypeError(f"utility must be a str, got {type(self.utility).__name__}")
+        if self.utility not in UTILITIES: raise ValueError(f"utility must be one of {UTILITIES}, got {self.utility!r}")
+        if not isinstance(self.indifferent_buys, (bool, np.bool_)):
+            raise TypeError(f"indifferent_buys must be a bool, got {type(self.indifferent_buys).__name__}")
+        a = np.array(self.a, dtype=float)                                 # a copy: the market is frozen, the caller's array is not
+        if a.ndim != 1 or a.size == 0: raise ValueError(f"a must be a non-empty 1-D array of utility weights, got shape {a.shape}")
+        types = []
+        for name, x in (("B (budget)", self.B), ("n (number of buyers)", self.n), ("v (bundle value)", self.v)):
+            x = np.atleast_1d(np.asarray(x, dtype=float))
+            if x.ndim != 1: raise ValueError(f"{name} must be a scalar or a 1-D array with one entry per buyer type, got shape {x.shape}")
+            types.append(_positive(name, x))
+        try: B, n, v = (x.copy() for x in np.broadcast_arrays(*types))
+        except ValueError:
+            raise ValueError(f"B, n and v must have matching lengths (one per buyer type), got {[x.size for x in types]}") from None
+        cap = self.cap
+        if cap is not None:
+            if np.ndim(cap) != 0: raise ValueError(f"cap must be None or a positive scalar, got shape {np.shape(cap)}")
+            cap = float(_positive("cap", cap))
+        for name, x in (("a", _positive("a (utility weights)", a)), ("B", B), ("n", n), ("v", v), ("cap", cap),
+                        ("indifferent_buys", bool(self.indifferent_buys))):
+            if isinstance(x, np.ndarray): x.flags.writeable = False
+            object.__setattr__(self, name, x)
+
+    @property
+    def m(self) -> int: return self.a.size  # number of sellers
+    @property
+    def T(self) -> int: return self.B.size  # number of buyer types
+    @property
+    def budget(self) -> float: return float(self.n @ self.B)  # the market's total budget sum_i n_i B_i
+
+    def buyer_type(self, i: int) -> "Market":
+        "The market of buyer type i alone."
+        return replace(self, B=self.B[i], n=self.n[i], v=self.v[i])
+
+def _profiles(market: Market, p, name: str = "p", one: bool = False) -> np.ndarray:
+    "Price profiles as a float array of shape (..., m) (or (m,) if `one`), checked finite and >= 0."
+    if not isinstance(market, Market): raise TypeError(f"market must be a Market, got {type(market).__name__}")
     p = np.asarray(p, dtype=float)
-    if p.ndim == 0 or p.shape[-1] != a.size:
-        raise ValueError(f"p and a must have the same length m = {a.size} along p's last axis, got p.shape = {p.shape}")
-    p = _positive("p (prices)", p, allow_zero=True)
-    B, v = _positive("B (budget)", B), _positive("v (bundle value)", v)
-    if cap is not None:
-        if np.ndim(cap) != 0: raise ValueError(f"cap must be None or a positive scalar, got shape {np.shape(cap)}")
-        cap = float(_positive("cap", cap))
-    return p, a, B, v, cap
+    if p.ndim == 0 or p.shape[-1] != market.m or (one and p.ndim != 1):
+        raise ValueError(f"{name} must have shape {'(m,)' if one else '(..., m)'} with m = len(a) = {market.m}, got shape {p.shape}")
+    return _positive(f"{name} (prices)", p, allow_zero=True)
 
 def _tied(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     "x == y up to the relative tolerance RTOL (infinite values tie with each other)."
     with np.errstate(invalid="ignore"):
         return (x == y) | (np.abs(x - y) <= RTOL * np.minimum(np.abs(x), np.abs(y)))
 
-def buyer_demand(p: np.ndarray,  # prices, shape (..., m); > 0 in the uncapped model
-                 a: np.ndarray,  # utility weights, shape (m,), > 0
-                 B: float | np.ndarray,  # budget, > 0; broadcasts against p.shape[:-1]
-                 utility: str = "linear",  # "linear" (substitutes) or "leontief" (complements)
-                 v: float | np.ndarray = 1.0,  # Leontief value of one bundle, > 0; broadcasts like B
-                 cap: float | None = None,  # per-dataset purchase cap c (None: the uncapped model)
-                 ) -> np.ndarray:  # quantities x, shape (..., m)
-    "A buyer's demand, the maximal-spend optimum of the LP in Eq. (data_pricing-eq-buyer), in closed form (Lemma data_pricing-lem-demand)."
-    p, a, B, v, cap = _market(p, a, B, utility, v, cap)
-    c = np.inf if cap is None else cap
-    if utility == "leontief":
-        Q = p @ a                                                      # bundle price, shape (...)
-        if cap is None and np.any(Q == 0):
-            raise ValueError("p: all-zero prices give unbounded demand in the uncapped model; pass cap=...")
-        t = np.divide(B, Q, out=np.full(np.broadcast(B, Q).shape, np.inf), where=Q > 0)   # B / Q bundles
-        t = np.where(Q <= v * (1 + RTOL), np.minimum(t, c / a.max()), 0.0)                 # trade iff Q <= v
+def buyer_demand(market: Market,  # the market; its buyer types give the axis T
+                 p: np.ndarray,  # prices, shape (..., m); > 0 in the uncapped model
+                 ) -> np.ndarray:  # quantities x of one buyer of each type, shape (..., T, m)
+    "A buyer's demand, an optimum of the LP in Eq. (data_pricing-eq-buyer), in closed form (Lemma data_pricing-lem-demand)."
+    p = _profiles(market, p)[..., None, :]                            # (..., 1, m)
+    a, B, v, buys = market.a, market.B, market.v, market.indifferent_buys
+    c = np.inf if market.cap is None else market.cap
+    if market.utility == "leontief":
+        Q = p @ a                                                      # bundle price, shape (..., 1)
+        if market.cap is None and np.any(Q == 0):
+            raise ValueError("p: all-zero prices give unbounded demand in the uncapped model; set cap")
+        t = np.divide(B, Q, out=np.full(np.broadcast(B, Q).shape, np.inf), where=Q > 0)   # B / Q bundles, (..., T)
+        trade = Q <= v * (1 + RTOL) if buys else Q < v * (1 - RTOL)                        # trade iff Q <= v (or Q < v)
+        t = np.where(trade, np.minimum(t, c / a.max()), 0.0)
         return t[..., None] * a
-    if cap is None and np.any(p == 0):
-        raise ValueError("p: a zero price gives unbounded demand in the uncapped model; pass cap=...")
+    if market.cap is None and np.any(p == 0):
+        raise ValueError("p: a zero price gives unbounded demand in the uncapped model; set cap")
     r = np.divide(a, p, out=np.full(p.shape, np.inf), where=p > 0)   # value per unit of money r_j = a_j / p_j
-    elig = r >= 1 - RTOL                                              # worth buying (indifference => buy)
-    rj, rk = r[..., :, None], r[..., None, :]                         # (..., m, m): seller j (row) vs seller k (col)
+    elig = r >= 1 - RTOL if buys else r > 1 + RTOL                    # worth buying (indifference => buy, or not)
+    rj, rk = r[..., :, None], r[..., None, :]                         # (..., 1, m, m): seller j (row) vs seller k (col)
     tie = _tied(rk, rj) & elig[..., None, :]
     better = (rk > rj) & ~tie & elig[..., None, :]
     H = np.where(better, c * p[..., None, :], 0.0).sum(-1)           # full-cap spend on strictly better sellers
     G = np.where(tie, p[..., None, :], 0.0).sum(-1)                  # price of one unit of each tied seller
-    left = np.clip(np.asarray(B)[..., None] - H, 0.0, None)          # budget left for j's tie group
+    left = np.clip(B[:, None] - H, 0.0, None)                          # budget left for j's tie group, (..., T, m)
     q = np.divide(left, G, out=np.full(np.broadcast(left, G).shape, np.inf), where=G > 0)
     return np.where(elig, np.minimum(c, q), 0.0)                      # equal quantities within a tie group
 
 # %% ../nbs/02_data_pricing.ipynb #76410c52
-def buyer_lp_value(p: np.ndarray,  # prices, shape (m,)
-                   a: np.ndarray,  # utility weights, shape (m,)
-                   B: float,  # budget
-                   utility: str = "linear", v: float = 1.0, cap: float | None = None) -> float:
-    "Optimal value of the buyer's LP, Eq. (data_pricing-eq-buyer), from scipy.optimize.linprog (HiGHS)."
-    p, a, B, v, cap = _market(p, a, B, utility, v, cap)
-    if p.ndim != 1: raise ValueError(f"p must be one profile of shape (m,), got {p.shape}")
-    m, hi = a.size, cap
-    if utility == "linear":
-        res = linprog(-(a - p), A_ub=p[None], b_ub=[float(B)], bounds=[(0, hi)] * m, method="highs")
-    else:  # variables (x_1..x_m, t): max v t - p.x  s.t. p.x <= B, a_j t <= x_j
-        A = np.vstack([np.r_[p, 0.0], np.c_[-np.eye(m), a]])
-        res = linprog(-np.r_[-p, float(v)], A_ub=A, b_ub=np.r_[float(B), np.zeros(m)],
-                      bounds=[(0, hi)] * m + [(0, None)], method="highs")
-    if res.status != 0: raise ValueError(f"p: the buyer's LP is not solvable here ({res.message})")
-    return float(-res.fun)
+def buyer_lp_value(market: Market,  # the market
+                   p: np.ndarray,  # prices, shape (m,)
+                   ) -> np.ndarray:  # optimal value of each buyer type, shape (T,)
+    "Optimal value of the buyer's LP, Eq. (data_pricing-eq-buyer), for each type from scipy.optimize.linprog (HiGHS)."
+    p = _profiles(market, p, one=True)
+    a, m, hi, out = market.a, market.m, market.cap, []
+    for B, v in zip(market.B, market.v):
+        if market.utility == "linear":
+            res = linprog(-(a - p), A_ub=p[None], b_ub=[B], bounds=[(0, hi)] * m, method="highs")
+        else:  # variables (x_1..x_m, t): max v t - p.x  s.t. p.x <= B, a_j t <= x_j
+            A = np.vstack([np.r_[p, 0.0], np.c_[-np.eye(m), a]])
+            res = linprog(-np.r_[-p, v], A_ub=A, b_ub=np.r_[B, np.zeros(m)], bounds=[(0, hi)] * m + [(0, None)], method="highs")
+        if res.status != 0: raise ValueError(f"p: the buyer's LP is not solvable here ({res.message})")
+        out.append(-res.fun)
+    return np.array(out)
 
-def buyer_value(x: np.ndarray, p: np.ndarray, a: np.ndarray, utility: str = "linear", v: float = 1.0) -> np.ndarray:
-    "The buyer's objective u(x) - p.x of Eq. (data_pricing-eq-buyer); x and p of shape (..., m)."
-    x, p, a = np.asarray(x, float), np.asarray(p, float), np.asarray(a, float)
-    u = x @ a if utility == "linear" else v * (x / a).min(-1)
-    return u - (p * x).sum(-1)
+def buyer_value(market: Market,  # the market
+                x: np.ndarray,  # quantities of one buyer of each type, shape (..., T, m)
+                p: np.ndarray,  # prices, shape (..., m)
+                ) -> np.ndarray:  # u_i(x_i) - p.x_i, shape (..., T)
+    "The buyer's objective u(x) - p.x of Eq. (data_pricing-eq-buyer) for each type."
+    p = _profiles(market, p)
+    x = np.asarray(x, dtype=float)
+    if x.shape[-2:] != (market.T, market.m): raise ValueError(f"x must have shape (..., T, m) = (..., {market.T}, {market.m}), got {x.shape}")
+    u = x @ market.a if market.utility == "linear" else market.v * (x / market.a).min(-1)   # the Market checked the utility
+    return u - (p[..., None, :] * x).sum(-1)
 
 # %% ../nbs/02_data_pricing.ipynb #b6692315
-def _types(B, v, n):
-    "Buyer types as three 1-D arrays of equal length T: budgets, bundle values and counts."
-    B, v, n = (np.atleast_1d(np.asarray(x, dtype=float)) for x in (B, v, n))
-    if any(x.ndim != 1 for x in (B, v, n)):
-        raise ValueError("B, v and n must be scalars or 1-D arrays with one entry per buyer type")
-    try: B, v, n = np.broadcast_arrays(B, v, n)
-    except ValueError: raise ValueError(f"B, v and n must have matching lengths (one per buyer type), got {B.size}, {v.size}, {n.size}") from None
-    return B, v, _positive("n (number of buyers)", n)
-
-def revenues(p: np.ndarray,  # prices, shape (..., m)
-             a: np.ndarray,  # utility weights, shape (m,)
-             B: float | np.ndarray,  # budget per buyer type, scalar or shape (T,)
-             n: float | np.ndarray = 1,  # number of buyers per type, scalar or shape (T,)
-             utility: str = "linear", v: float | np.ndarray = 1.0, cap: float | None = None,
+def revenues(market: Market,  # the market
+             p: np.ndarray,  # prices, shape (..., m)
              ) -> np.ndarray:  # revenues R_j, shape (..., m)
-    "Sellers' revenues R_j(p) = sum over types of n p_j x_j(p), Eq. (data_pricing-eq-revenue)."
-    B, v, n = _types(B, v, n)
-    p = np.asarray(p, dtype=float)
-    x = buyer_demand(p[..., None, :], a, B, utility, v, cap)          # (..., T, m)
-    return (n[:, None] * p[..., None, :] * x).sum(-2)
+    "Sellers' revenues R_j(p) = sum over types of n_i p_j x_ij(p), Eq. (data_pricing-eq-revenue)."
+    p = _profiles(market, p)
+    return (market.n[:, None] * p[..., None, :] * buyer_demand(market, p)).sum(-2)
 
-def _atol(B, v, n, tol: float) -> float:
+def _atol(market: Market, tol) -> float:
     "Absolute revenue threshold: `tol` times the market's total budget sum_i n_i B_i."
+    if isinstance(tol, bool) or not isinstance(tol, (int, float, np.integer, np.floating)):
+        raise TypeError(f"tol must be a real number, got {type(tol).__name__}")
     if not np.isfinite(tol) or tol < 0: raise ValueError(f"tol must be finite and >= 0, got {tol}")
-    B, v, n = _types(B, v, n)
-    return tol * float((n * B).sum())
+    return float(tol) * market.budget
 
 # %% ../nbs/02_data_pricing.ipynb #d7aba6d2
 def _grid(grid) -> np.ndarray:
-    "A price grid: 1-D, strictly increasing, at least 2 non-negative finite prices."
+    "A price grid: 1-D, strictly increasing, at least 2 finite prices > 0 (a zero price gives unbounded uncapped demand)."
     g = np.asarray(grid, dtype=float)
     if g.ndim != 1 or g.size < 2: raise ValueError(f"grid must be a 1-D array of at least 2 prices, got shape {g.shape}")
-    _positive("grid (prices)", g, allow_zero=True)
+    _positive("grid (prices; a zero price gives unbounded demand)", g)
     if np.any(np.diff(g) <= 0): raise ValueError("grid must be strictly increasing")
     return g
 
@@ -145,40 +171,36 @@ def _seller(j, m: int) -> int:
     if not 0 <= j < m: raise ValueError(f"j must lie in [0, {m}), got {j}")
     return int(j)
 
-def best_response(j: int,  # the deviating seller
+def best_response(market: Market,  # the market
+                  j: int,  # the deviating seller
                   p: np.ndarray,  # current profile, shape (m,)
                   grid: np.ndarray,  # the prices seller j may choose, shape (g,)
-                  a: np.ndarray, B: float | np.ndarray, n: float | np.ndarray = 1, utility: str = "linear",
-                  v: float | np.ndarray = 1.0, cap: float | None = None,
                   tol: float = 1e-9,  # revenues within tol * sum(n B) of the best count as best
                   ) -> tuple[float, float]:  # (best price, its revenue)
     "Seller j's best response on `grid` to p_{-j}: argmax of R_j, Eq. (data_pricing-eq-revenue); the highest maximiser."
-    grid, p = _grid(grid), np.asarray(p, dtype=float)
-    j = _seller(j, np.size(a))
+    p, grid = _profiles(market, p, one=True), _grid(grid)
+    j = _seller(j, market.m)
     P = np.repeat(p[None, :], grid.size, 0); P[:, j] = grid            # (g, m): j tries every grid price
-    R = revenues(P, a, B, n, utility, v, cap)[:, j]                     # (g,)
-    k = np.flatnonzero(R >= R.max() - _atol(B, v, n, tol))[-1]
+    R = revenues(market, P)[:, j]                                       # (g,)
+    k = np.flatnonzero(R >= R.max() - _atol(market, tol))[-1]
     return float(grid[k]), float(R[k])
 
-def revenue_table(grid: np.ndarray, m: int, a: np.ndarray, B, n=1, utility: str = "linear", v=1.0, cap=None) -> np.ndarray:
+def revenue_table(market: Market, grid: np.ndarray) -> np.ndarray:
     "Revenues at every profile of grid^m, Eq. (data_pricing-eq-revenue); shape (g,)*m + (m,)."
     grid = _grid(grid)
-    if isinstance(m, bool) or not isinstance(m, (int, np.integer)) or m != np.size(a):
-        raise ValueError(f"m must be the number of sellers len(a) = {np.size(a)}, got {m!r}")
-    P = np.stack(np.meshgrid(*[grid] * m, indexing="ij"), -1)          # (g,)*m + (m,)
-    return revenues(P, a, B, n, utility, v, cap)
+    P = np.stack(np.meshgrid(*[grid] * market.m, indexing="ij"), -1)   # (g,)*m + (m,)
+    return revenues(market, P)
 
-def deviation_graph(grid: np.ndarray,  # price grid, shape (g,)
-                    m: int,  # number of sellers (= len(a))
-                    a: np.ndarray, B, n=1, utility: str = "linear", v=1.0, cap=None,
+def deviation_graph(market: Market,  # the market
+                    grid: np.ndarray,  # price grid, shape (g,)
                     tol: float = 1e-9,  # a deviation is profitable if it gains > tol * sum(n B)
                     edges: str = "best",  # "best": one edge per seller to its best response; "all": every profitable deviation
                     ) -> nx.DiGraph:
-    "Graph of profitable unilateral deviations on grid^m; sinks are the grid's pure NE (see profile_of for node ids)."
+    "The profile graph: nodes = profiles of grid^m, edges = profitable unilateral deviations; sinks are the grid's pure NE."
     if edges not in ("best", "all"): raise ValueError(f"edges must be 'best' or 'all', got {edges!r}")
     grid = _grid(grid)
-    R = revenue_table(grid, m, a, B, n, utility, v, cap)                # (g,)*m + (m,)
-    atol, g, shape = _atol(B, v, n, tol), grid.size, R.shape[:-1]
+    R = revenue_table(market, grid)                                     # (g,)*m + (m,)
+    atol, g, m, shape = _atol(market, tol), grid.size, market.m, R.shape[:-1]
     node = np.arange(R[..., 0].size).reshape(shape)                     # node id = flat (C-order) index of the profile
     G = nx.DiGraph(grid=grid, m=m)
     G.add_nodes_from(range(node.size))
@@ -202,84 +224,79 @@ def profile_of(G: nx.DiGraph, nodes) -> np.ndarray:
     idx = np.unravel_index(np.asarray(list(nodes), dtype=int), (grid.size,) * m)
     return grid[np.stack(idx, -1)].reshape(-1, m)
 
-def pure_nash(grid: np.ndarray, m: int, a: np.ndarray, B, n=1, utility: str = "linear", v=1.0, cap=None,
-              tol: float = 1e-9, graph: nx.DiGraph | None = None) -> np.ndarray:
-    "Pure Nash equilibria on grid^m: the sinks of deviation_graph, as prices of shape (k, m), in node order."
-    G = graph if graph is not None else deviation_graph(grid, m, a, B, n, utility, v, cap, tol)
+def pure_nash(market: Market, grid: np.ndarray, tol: float = 1e-9, graph: nx.DiGraph | None = None) -> np.ndarray:
+    "Pure Nash equilibria on grid^m: the sinks of the profile graph (deviation_graph), as prices of shape (k, m), in node order."
+    G = graph if graph is not None else deviation_graph(market, grid, tol)
     return profile_of(G, sorted(u for u, d in G.out_degree() if d == 0))
 
 # %% ../nbs/02_data_pricing.ipynb #98e1d78f
-def _breakpoints(j: int, p: np.ndarray, a: np.ndarray, B, v, utility: str) -> np.ndarray:
+def _breakpoints(market: Market, j: int, p: np.ndarray) -> np.ndarray:
     "Prices of seller j at which its revenue can jump or stop increasing (see deviation_gains)."
-    if utility == "linear":
+    a = market.a
+    if market.utility == "linear":
         others = np.delete(np.arange(a.size), j)
         return np.r_[a[j], a[j] * p[others] / a[others]]                # buyers' indifference, ties with rivals
     S = p @ a - a[j] * p[j]                                              # S_{-j}
-    return (np.atleast_1d(v) - S) / a[j]                                # trade thresholds of each type
+    return (market.v - S) / a[j]                                         # trade thresholds of each type
 
 _SAFETY = np.geomspace(1e-6, 10, 64)  # extra candidate prices, in units of the instance's price scale
 
-def _candidate_revenues(p, a, B, n, utility, v, cap, extra=()):
+def _candidate_revenues(market: Market, p: np.ndarray, extra=()) -> tuple[np.ndarray, np.ndarray]:
     "Candidate deviation prices of every seller, shape (m, C), and the revenue each would earn there, shape (m, C)."
-    m = a.size
-    scale_ = max(p.max(), a.max(), float(np.max(v)))
+    m = market.m
+    scale_ = max(p.max(), market.a.max(), market.v.max())
     common = np.concatenate([_SAFETY * scale_, np.asarray(extra, dtype=float)])
     rows = []
     for j in range(m):
-        b = _breakpoints(j, p, a, B, v, utility)
+        b = _breakpoints(market, j, p)
         b = b[b > 0]
-        rows.append(np.concatenate([b * (1 - 1e-9), b, common, p[j:j + 1]]))
+        rows.append(np.concatenate([b * (1 - 1e-9), b, common, p[j:j + 1]]))   # just below, at, and the safety grid
     C = max(r.size for r in rows)
     cand = np.stack([np.pad(r, (0, C - r.size), constant_values=r[-1]) for r in rows])   # pad with p_j itself
     P = np.repeat(p[None, None, :], C, 1).repeat(m, 0)                  # (m, C, m): seller j tries cand[j]
     P[np.arange(m), :, np.arange(m)] = cand
-    R = revenues(P, a, B, n, utility, v, cap)                           # (m, C, m)
+    R = revenues(market, P)                                             # (m, C, m)
     return cand, R[np.arange(m), :, np.arange(m)]
 
-def deviation_gains(p: np.ndarray,  # profile, shape (m,)
-                    a: np.ndarray, B, n=1, utility: str = "linear", v=1.0, cap=None,
+def deviation_gains(market: Market,  # the market
+                    p: np.ndarray,  # profile, shape (m,)
                     lo: float = 0.0, hi: float = np.inf,  # deviations are restricted to prices in (lo, hi]
                     ) -> tuple[np.ndarray, np.ndarray]:  # (gains, shape (m,); best deviating prices, shape (m,))
     "Each seller's best continuous unilateral deviation from p and its revenue gain, exact up to a relative 1e-9."
-    p, a, _, _, cap = _market(p, a, B, utility, v, cap)
-    if p.ndim != 1: raise ValueError(f"p must be one profile of shape (m,), got {p.shape}")
+    p = _profiles(market, p, one=True)
     if not 0 <= lo < hi: raise ValueError(f"need 0 <= lo < hi, got lo={lo}, hi={hi}")
     ends = [x for x in (lo * (1 + 1e-9), hi, hi * (1 - 1e-9)) if 0 < x < np.inf]
-    cand, R = _candidate_revenues(p, a, B, n, utility, v, cap, ends)
+    cand, R = _candidate_revenues(market, p, ends)
     R = np.where((cand > lo) & (cand <= hi), R, -np.inf)
     k = R.argmax(1)
-    R0 = revenues(p, a, B, n, utility, v, cap)
-    gains = R[np.arange(a.size), k] - R0
-    return gains, np.where(np.isfinite(gains), cand[np.arange(a.size), k], np.nan)
+    gains = R[np.arange(market.m), k] - revenues(market, p)
+    return gains, np.where(np.isfinite(gains), cand[np.arange(market.m), k], np.nan)
 
-def classify_sink(p: np.ndarray, grid: np.ndarray, a: np.ndarray, B, n=1, utility: str = "linear", v=1.0, cap=None,
-                  tol: float = 1e-9) -> tuple[str, float]:
+def classify_sink(market: Market, p: np.ndarray, grid: np.ndarray, tol: float = 1e-9) -> tuple[str, float]:
     "Label a grid sink 'floor', 'ceiling' or 'interior' by continuous checks; also return its largest continuous gain / sum(nB)."
-    grid, atol, W = _grid(grid), _atol(B, v, n, tol), _atol(B, v, n, 1.0)
-    p, a, _, _, cap = _market(p, a, B, utility, v, cap)
+    p, grid, atol = _profiles(market, p, one=True), _grid(grid), _atol(market, tol)
     lo, hi = grid[0], grid[-1]
-    cand, R = _candidate_revenues(p, a, B, n, utility, v, cap, [lo * (1 - 1e-9), hi * (1 + 1e-9)])
-    gain = R - revenues(p, a, B, n, utility, v, cap)[:, None]          # (m, C)
+    cand, R = _candidate_revenues(market, p, [lo * (1 - 1e-9), hi * (1 + 1e-9)])
+    gain = R - revenues(market, p)[:, None]                             # (m, C)
     label = ("floor" if np.any(gain[cand < lo] > atol) else "ceiling" if np.any(gain[cand > hi] > atol) else "interior")
-    return label, float(gain.max() / W)
+    return label, float(gain.max() / market.budget)
 
 # %% ../nbs/02_data_pricing.ipynb #c9b8fe3c
-def best_response_dynamics(p0: np.ndarray,  # starting profile, shape (m,)
+def best_response_dynamics(market: Market,  # the market
+                           p0: np.ndarray,  # starting profile, shape (m,)
                            grid: np.ndarray,  # price grid, shape (g,)
-                           a: np.ndarray, B, n=1, utility: str = "linear", v=1.0, cap=None,
                            steps: int = 10_000,  # maximal number of turns
                            tol: float = 1e-9,
                            ) -> tuple[np.ndarray, bool]:  # (profiles after every move, shape (k+1, m); reached a sink)
     "Round-robin best-response dynamics on `grid` (each turn: one seller's best_response if it gains > tol * sum(nB))."
-    p = _market(p0, a, B, utility, v, cap)[0].copy()
-    if p.ndim != 1: raise ValueError(f"p0 must be one profile of shape (m,), got {p.shape}")
+    p = _profiles(market, p0, "p0", one=True).copy()
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
-    m, atol, path, quiet = p.size, _atol(B, v, n, tol), [p.copy()], 0
+    m, atol, path, quiet = market.m, _atol(market, tol), [p.copy()], 0
     for turn in range(steps):
         j = turn % m
-        price, rev = best_response(j, p, grid, a, B, n, utility, v, cap, tol)
-        if rev > revenues(p, a, B, n, utility, v, cap)[j] + atol:
+        price, rev = best_response(market, j, p, grid, tol)
+        if rev > revenues(market, p)[j] + atol:
             p[j] = price; path.append(p.copy()); quiet = 0
         else:
             quiet += 1
@@ -287,68 +304,69 @@ def best_response_dynamics(p0: np.ndarray,  # starting profile, shape (m,)
     return np.array(path), False
 
 # %% ../nbs/02_data_pricing.ipynb #dc61ee72
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class LeontiefEquilibrium:
     "The equal-split Leontief equilibrium p*_j = v / (m a_j) of Theorem data_pricing-thm-leontief."
     p: np.ndarray  # prices, shape (m,)
-    revenue: np.ndarray  # R_j = nB/m, shape (m,)
-    bundles: float  # bundles bought by each buyer, B / v
+    revenue: np.ndarray  # R_j = sum_i n_i B_i / m, shape (m,)
+    bundles: np.ndarray  # bundles bought by one buyer of each type, B_i / v, shape (T,)
 
-def leontief_equilibrium(a: np.ndarray,  # utility weights, shape (m,)
-                         v: float,  # value of one bundle
-                         B: float,  # budget of each buyer
-                         n: float,  # number of buyers
-                         ) -> LeontiefEquilibrium:
-    "Closed-form trading equilibrium on the hyperplane sum_j a_j p_j = v, Eq. (data_pricing-eq-hyperplane); O(m)."
-    p, a, B, v, _ = _market(np.ones(np.size(a)), a, B, "leontief", v, None)
-    if np.ndim(v) or np.ndim(B): raise ValueError("v and B must be scalars (a homogeneous market)")
-    n = float(_positive("n (number of buyers)", n))
-    m = a.size
-    return LeontiefEquilibrium(p=float(v) / (m * a), revenue=np.full(m, n * float(B) / m), bundles=float(B) / float(v))
+def _leontief_market(market: Market) -> float:
+    "The common bundle value v of an uncapped Leontief market whose indifferent buyers buy (the setting of the theorem)."
+    if not isinstance(market, Market): raise TypeError(f"market must be a Market, got {type(market).__name__}")
+    if market.utility != "leontief" or market.cap is not None or not market.indifferent_buys:
+        raise ValueError("market must be an uncapped Leontief market whose indifferent buyers buy (Theorem data_pricing-thm-leontief)")
+    if np.ptp(market.v) > 0: raise ValueError(f"market: all buyer types must share one bundle value v, got {market.v.tolist()}")
+    return float(market.v[0])
 
-def verify_leontief_equilibrium(p: np.ndarray,  # profile, shape (m,)
-                                a: np.ndarray,  # utility weights, shape (m,)
-                                v: float,  # common bundle value
-                                B: float | np.ndarray,  # budget of each buyer (type), scalar or shape (T,)
-                                n: float | np.ndarray = 1,  # count of each buyer type
+def leontief_equilibrium(market: Market) -> LeontiefEquilibrium:
+    "Closed-form trading equilibrium on the hyperplane sum_j a_j p_j = v, Eq. (data_pricing-eq-hyperplane); O(m + T)."
+    v = _leontief_market(market)
+    return LeontiefEquilibrium(p=v / (market.m * market.a), revenue=np.full(market.m, market.budget / market.m),
+                               bundles=market.B / v)
+
+def verify_leontief_equilibrium(market: Market,  # uncapped Leontief market, one bundle value v, any budgets
+                                p: np.ndarray,  # profile, shape (m,)
+                                tol: float = 1e-9,  # equilibrium if no seller gains more than tol * sum(n B)
                                 ) -> dict:
     "Exact O(m + T) equilibrium check in the uncapped Leontief market (proof of Theorem data_pricing-thm-leontief, part 3)."
-    p, a, Bt, v, _ = _market(p, a, B, "leontief", v, None)
-    if p.ndim != 1 or np.ndim(v): raise ValueError("p must have shape (m,) and v must be a scalar")
-    Bt, _, n = _types(Bt, v, n)
-    W = float((n * Bt).sum())                                             # total budget, O(T)
-    Q = float(p @ a); trade = Q <= v * (1 + RTOL)
+    v = _leontief_market(market)
+    p, atol = _profiles(market, p, one=True), _atol(market, tol)
+    W = market.budget                                                     # total budget, O(T)
+    Q = float(p @ market.a); trade = Q <= v * (1 + RTOL)
     if Q == 0: raise ValueError("p: all-zero prices give unbounded demand in the uncapped model")
-    S = Q - a * p                                                         # S_{-j}, shape (m,)
+    S = Q - market.a * p                                                  # S_{-j}, shape (m,)
     best = np.where(S < v, W * (v - S) / v, 0.0)                           # revenue of j's best deviation
-    current = W * a * p / Q if trade else np.zeros_like(p)
-    t = Bt / Q if trade else np.zeros_like(Bt)                            # bundles per buyer of each type (Lemma), (T,)
-    spent = float((n * t).sum() * (p @ a))                                # sum_i n_i p.x_i with x_i = a t_i, O(m + T)
-    gain = float((best - current).max()) / W
-    return {"max_gain": gain, "spent_fraction": spent / W, "trading": bool(trade), "equilibrium": gain <= 1e-9}
+    current = W * market.a * p / Q if trade else np.zeros_like(p)
+    t = market.B / Q if trade else np.zeros_like(market.B)               # bundles per buyer of each type (Lemma), (T,)
+    spent = float((market.n * t).sum() * Q)                              # sum_i n_i p.x_i with x_i = a t_i, O(m + T)
+    gain = float((best - current).max())
+    return {"max_gain": gain / W, "spent_fraction": spent / W, "trading": bool(trade), "equilibrium": gain <= atol}
 
 # %% ../nbs/02_data_pricing.ipynb #3b3d4854
-def liquid_welfare(p: np.ndarray, a: np.ndarray, B, n=1, utility: str = "linear", v=1.0, cap=None) -> float:
+def liquid_welfare(market: Market, p: np.ndarray) -> float:
     "Liquid welfare sum_i n_i min(B_i, u_i(x_i(p))), Eq. (data_pricing-eq-liquid), for uniform prices p of shape (m,)."
-    Bt, vt, nt = _types(B, v, n)
-    x = buyer_demand(np.asarray(p, float)[None, :], a, Bt, utility, vt if utility == "leontief" else 1.0, cap)  # (T, m)
-    u = x @ np.asarray(a, float) if utility == "linear" else vt * (x / np.asarray(a, float)).min(-1)
-    return float((nt * np.minimum(Bt, u)).sum())
+    p = _profiles(market, p, one=True)
+    x = buyer_demand(market, p)                                           # (T, m)
+    u = x @ market.a if market.utility == "linear" else market.v * (x / market.a).min(-1)
+    return float(market.n @ np.minimum(market.B, u))
 
-def mediated_outcome(a: np.ndarray,  # utility weights, shape (m,)
-                     v: np.ndarray,  # bundle value per buyer type, shape (T,)
-                     B: np.ndarray,  # budget per buyer type, shape (T,)
-                     n: np.ndarray = 1,  # buyers per type, shape (T,)
+def buyer_surplus(market: Market, p: np.ndarray) -> float:
+    "Buyers' total surplus sum_i n_i (u_i(x_i) - p.x_i) at uniform prices p of shape (m,): the value of Eq. (data_pricing-eq-buyer)."
+    p = _profiles(market, p, one=True)
+    return float(market.n @ buyer_value(market, buyer_demand(market, p), p))
+
+def mediated_outcome(market: Market,  # uncapped Leontief market with buyer types (v_i, B_i, n_i)
                      reference: np.ndarray | None = None,  # sellers' participation revenues R^ref, shape (m,)
                      ) -> tuple[np.ndarray, np.ndarray]:  # (prices P, shape (T, m); revenues, shape (m,))
     "Welfare-optimal discriminatory Leontief outcome with seller participation: the LP of Eq. (data_pricing-eq-mediation)."
-    a = _positive("a (utility weights)", a)
-    if a.ndim != 1: raise ValueError(f"a must be 1-D, got shape {a.shape}")
-    Bt, vt, nt = _types(_positive("B (budget)", B), _positive("v (bundle value)", v), n)
-    T, m = Bt.size, a.size
+    if not isinstance(market, Market): raise TypeError(f"market must be a Market, got {type(market).__name__}")
+    if market.utility != "leontief" or market.cap is not None:
+        raise ValueError("market must be an uncapped Leontief market (Proposition data_pricing-prop-mediation)")
+    T, m = market.T, market.m
     ref = np.zeros(m) if reference is None else _positive("reference", reference, allow_zero=True)
     if ref.shape != (m,): raise ValueError(f"reference must have shape ({m},), got {ref.shape}")
-    W = nt * Bt                                                           # budget of each type, shape (T,)
+    W = market.n * market.B                                               # budget of each type, shape (T,)
     if ref.sum() > W.sum() * (1 + 1e-12):
         raise ValueError(f"reference: sellers ask for {ref.sum():.4g} in total, more than the buyers' budgets {W.sum():.4g}")
     # variables: w (T*m, row-major), s;  maximise s
@@ -358,33 +376,47 @@ def mediated_outcome(a: np.ndarray,  # utility weights, shape (m,)
                   bounds=[(0, 1)] * (T * m) + [(None, None)], method="highs")
     if res.status != 0: raise ValueError(f"the platform's LP failed: {res.message}")
     w = np.maximum(res.x[:-1].reshape(T, m), 0.0) + 0.0                # drop solver round-off (and -0.0)
-    return w * vt[:, None] / a, W @ w
+    return w * market.v[:, None] / market.a, W @ w
 
 # %% ../nbs/02_data_pricing.ipynb #6e1c7af7
-def linear_regime(p: np.ndarray, a: np.ndarray) -> str:
+def _linear_market(market: Market) -> Market:
+    if not isinstance(market, Market): raise TypeError(f"market must be a Market, got {type(market).__name__}")
+    if market.utility != "linear": raise ValueError(f"market must have linear utilities, got {market.utility!r}")
+    return market
+
+def linear_regime(market: Market, p: np.ndarray) -> str:
     "Regime of a linear-utility profile: 'no trade', 'tie' or 'seller j wins' (1-based j), by r_j = a_j / p_j."
-    p, a, _, _, _ = _market(p, a, 1.0, "linear", 1.0, None)
-    r = a / p
+    p = _profiles(_linear_market(market), p, one=True)
+    r = np.divide(market.a, p, out=np.full(p.shape, np.inf), where=p > 0)
     if r.max() < 1 - RTOL: return "no trade"
     top = np.flatnonzero(_tied(r, r.max()))
     return "tie" if top.size > 1 else f"seller {top[0] + 1} wins"
 
-def undercut_price(j: int, p: np.ndarray, a: np.ndarray, eps: float = 1e-6) -> float:
+def undercut_price(market: Market, j: int, p: np.ndarray, eps: float = 1e-6) -> float:
     "The proof's deviation: the price at which seller j beats every rival's a_k/p_k and stays worth buying."
-    p, a, _, _, _ = _market(p, a, 1.0, "linear", 1.0, None)
-    j = _seller(j, a.size)
+    p = _profiles(_linear_market(market), p, one=True)
+    j = _seller(j, market.m)
     if not 0 < eps < 1: raise ValueError(f"eps must lie in (0, 1), got {eps}")
-    rival = np.delete(a / p, j).max(initial=0.0)
-    return float((1 - eps) * a[j] / max(1.0, rival))
+    rival = np.delete(market.a / p, j).max(initial=0.0)
+    return float((1 - eps) * market.a[j] / max(1.0, rival))
 
-def regime_graph(profiles: np.ndarray,  # sampled price profiles, shape (k, m)
-                 a: np.ndarray, B: float, n: float = 1, tol: float = 1e-9) -> nx.DiGraph:
-    "Graph of deviations between regimes (Theorem data_pricing-thm-linear): edge attribute 'count' = number of sampled moves."
-    G, atol = nx.DiGraph(), _atol(B, 1.0, n, tol)
-    for p in np.asarray(profiles, dtype=float):
-        here = linear_regime(p, a); G.add_node(here)
-        gains, prices = deviation_gains(p, a, B, n)
+def regime_graph(market: Market,  # a linear-utility market
+                 profiles: np.ndarray,  # sampled price profiles, shape (k, m)
+                 tol: float = 1e-9,  # a deviation is profitable if it gains > tol * sum(n B)
+                 ) -> nx.DiGraph:
+    "The regime graph of Theorem data_pricing-thm-linear: nodes = regimes, edges = sampled profitable deviations between them."
+    profiles = _profiles(_linear_market(market), profiles)
+    if profiles.ndim != 2: raise ValueError(f"profiles must have shape (k, m), got {profiles.shape}")
+    G, atol = nx.DiGraph(), _atol(market, tol)
+    for p in profiles:
+        here = linear_regime(market, p); G.add_node(here)
+        gains, prices = deviation_gains(market, p)
+        d = G.nodes[here]
+        d["profiles"] = d.get("profiles", 0) + 1
+        d["no_deviation"] = d.get("no_deviation", 0) + int(not np.any(gains > atol))   # nothing pays: an equilibrium
         for j in np.flatnonzero(gains > atol):
-            q = p.copy(); q[j] = prices[j]; there = linear_regime(q, a)
+            q = p.copy(); q[j] = prices[j]; there = linear_regime(market, q)
             G.add_edge(here, there, count=G.get_edge_data(here, there, {"count": 0})["count"] + 1)
+    for _, d in G.nodes(data=True):                                     # regimes only reached by a deviation
+        d.setdefault("profiles", 0); d.setdefault("no_deviation", 0)
     return G
