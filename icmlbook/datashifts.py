@@ -3,17 +3,15 @@
 # %% ../nbs/03_datashifts.ipynb #b4da73b5
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import ot
 import torch
 from sklearn.linear_model import LogisticRegression
 
 # %% auto #0
-__all__ = ['as_sample', 'as_weights', 'entropic_ot', 'gibbs_plan', 'subsample', 'coupling', 'sinkhorn_divergence',
-           'covariate_shift', 'naive_covariate_shift', 'expected_label_distance', 'concept_shift', 'datashifts',
-           'error_bound', 'classical_shifts', 'classical_bound']
+__all__ = ['as_sample', 'as_weights', 'SinkhornNotConverged', 'entropic_ot', 'gibbs_plan', 'subsample', 'coupling',
+           'sinkhorn_divergence', 'covariate_shift', 'naive_covariate_shift', 'expected_label_distance',
+           'concept_shift', 'datashifts', 'error_bound', 'classical_shifts', 'classical_bound']
 
 # %% ../nbs/03_datashifts.ipynb #89635779
 def as_sample(x, name: str = "x") -> np.ndarray:
@@ -50,28 +48,122 @@ def as_weights(w, n: int, name: str = "w") -> np.ndarray:
     return w / w.sum()
 
 # %% ../nbs/03_datashifts.ipynb #1992266c
+class SinkhornNotConverged(RuntimeError):
+    "Raised when the entropic solver's plan misses its marginals (or its mass) after the iteration budget."
+
+def _check_weights(v: np.ndarray, name: str) -> None:
+    if not isinstance(v, np.ndarray) or v.ndim != 1 or len(v) == 0:
+        raise ValueError(f"{name} must be a non-empty 1-D numpy array of weights, got {getattr(v, 'shape', type(v).__name__)}")
+    if not (np.isfinite(v).all() and (v > 0).all()):
+        raise ValueError(f"{name} must be positive and finite (drop zero-weight points first)")
+    if abs(v.sum() - 1) > 1e-9:
+        raise ValueError(f"{name} must sum to 1, got {v.sum():.12g}")
+
+def _check_eps(eps) -> None:
+    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating, np.integer)) or not (np.isfinite(eps) and eps > 0):
+        raise ValueError(f"eps must be a positive finite number, got {eps!r}")
+
+def _lse(M: np.ndarray, axis: int) -> np.ndarray:
+    "log sum exp of M along `axis`, stabilised by the maximum."
+    top = M.max(axis, keepdims=True)
+    return (top + np.log(np.exp(M - top).sum(axis, keepdims=True))).squeeze(axis)
+
+def _segment_lse(v: np.ndarray, starts: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    "log sum exp of v over consecutive segments (v sorted by segment, every segment non-empty); shape (len(starts),)."
+    top = np.maximum.reduceat(v, starts)
+    return top + np.log(np.add.reduceat(np.exp(v - np.repeat(top, counts)), starts))
+
 def entropic_ot(a: np.ndarray,  # source weights, shape (n,), positive, summing to 1
                 b: np.ndarray,  # target weights, shape (m,), positive, summing to 1
-                C: np.ndarray,  # cost matrix, shape (n, m)
+                C: np.ndarray,  # cost matrix, shape (n, m), finite
                 eps: float = 0.01,  # entropic regularisation, in the units of the cost
-                tol: float = 1e-3,  # relative l2 accuracy of the plan's marginals
+                tol: float = 1e-3,  # l1 error allowed on the plan's marginals
+                scaling: float = 0.5,  # eps_{k+1} = scaling * eps_k in the annealing
+                max_iter: int = 20_000,  # Sinkhorn iterations allowed in all
                 ) -> tuple[float, np.ndarray, np.ndarray]:
-    "OT_eps(a, b) and potentials (f, g) of Eq. (datashifts-eq-eot)/(datashifts-eq-plan), by POT's eps-scaling Sinkhorn (Algorithm datashifts-alg)."
-    if not eps > 0:
-        raise ValueError(f"eps must be positive, got {eps}")
-    if C.shape != (len(a), len(b)):
-        raise ValueError(f"C must have shape (len(a), len(b)) = {(len(a), len(b))}, got {C.shape}")
-    if (a <= 0).any() or (b <= 0).any():
-        raise ValueError("a and b must be positive (drop zero-weight points first)")
-    _, log = ot.sinkhorn(a, b, C, reg=eps, method="sinkhorn_epsilon_scaling", epsilon0=max(float(C.max()), eps),
-                         numInnerItermax=20, numItermax=100, stopThr=tol**2 * (a @ a + b @ b), log=True, warn=False)
-    f = log["alpha"] - eps * np.log(a)  # POT's alpha is the potential of <pi,C> + eps sum pi log pi; shape (n,)
-    g = log["beta"] - eps * np.log(b)   # shape (m,)
+    "OT_eps(a, b) and potentials (f, g) of Eqs. (datashifts-eq-eot)/(datashifts-eq-plan): log-domain Sinkhorn with eps-annealing, warm starts and kernel truncation (Algorithm datashifts-alg)."
+    _check_eps(eps)
+    _check_weights(a, "a"); _check_weights(b, "b")
+    if not isinstance(C, np.ndarray) or C.shape != (len(a), len(b)):
+        raise ValueError(f"C must be a numpy array of shape (len(a), len(b)) = {(len(a), len(b))}, got {getattr(C, 'shape', type(C).__name__)}")
+    if not np.isfinite(C).all():
+        raise ValueError("C must be finite")
+    if not 0 < tol < 1:
+        raise ValueError(f"tol must lie in (0, 1), got {tol!r}")
+    if not 0 < scaling < 1:
+        raise ValueError(f"scaling must lie in (0, 1), got {scaling!r}")
+    if isinstance(max_iter, bool) or not isinstance(max_iter, (int, np.integer)) or max_iter < 1:
+        raise ValueError(f"max_iter must be a positive int, got {max_iter!r}")
+    n, m = C.shape
+    C = C.astype(np.float64)
+    la, lb = np.log(a), np.log(b)
+    f, g = np.zeros(n), np.zeros(m)                      # warm start of every stage: the last stage's potentials
+    # line 1: eps_0 = max C - min C, then eps_k = max(eps, scaling^k eps_0)
+    e0 = max(float(C.max() - C.min()), eps)
+    stages = [max(eps, e0 * scaling**k) for k in range(int(np.ceil(np.log(e0 / eps) / -np.log(scaling))) + 1)]
+    row_lse = lambda g, e: _lse(lb[None, :] + (g[None, :] - C) / e, axis=1)     # shape (n,)
+    col_lse = lambda f, e: _lse(la[:, None] + (f[:, None] - C) / e, axis=0)     # shape (m,)
+    it, row_err, mass = 0, np.inf, np.nan
+    for k, e in enumerate(stages):
+        last = k == len(stages) - 1
+        target = tol if last else _STAGE_TOL
+        while True:
+            # line 3: keep the entries within e^-THETA of their row's or column's largest kernel entry
+            R = (g[None, :] - C) / e + lb[None, :]
+            keep = R > R.max(1, keepdims=True) - _THETA
+            R = (f[:, None] - C) / e + la[:, None]
+            keep |= R > R.max(0, keepdims=True) - _THETA
+            del R
+            dense = int(keep.sum()) > n * m / 2
+            if not dense:                                # CSR order for rows, CSC order for columns
+                i, j = keep.nonzero()
+                c, p = C[i, j], np.argsort(j, kind="stable")
+                rc, cc = np.bincount(i, minlength=n), np.bincount(j, minlength=m)
+                rs, cs = np.r_[0, np.cumsum(rc)[:-1]], np.r_[0, np.cumsum(cc)[:-1]]
+                lb_j, la_i, f_i, c_p = lb[j], la[i[p]], i[p], c[p]
+            del keep
+            err = np.inf
+            for _ in range(min(_REBUILD_EVERY, max_iter - it)):
+                # line 4: f_i = -e log sum_j b_j exp((g_j - C_ij)/e), then g_j likewise from f
+                f = -e * (row_lse(g, e) if dense else _segment_lse(lb_j + (g[j] - c) / e, rs, rc))
+                g_new = -e * (col_lse(f, e) if dense else _segment_lse(la_i + (f[f_i] - c_p) / e, cs, cc))
+                err = float(b @ np.abs(np.expm1((g - g_new) / e)))   # l1 error of the column marginals before the g step
+                g, it = g_new, it + 1
+                if err < target:
+                    break
+            if it >= max_iter or (err < target and not last):
+                break
+            if err < target:
+                # line 5: verify on the full cost matrix: exact columns after one dense g step, then the row marginals
+                g = -e * col_lse(f, e)
+                rows = a * np.exp(f / e + row_lse(g, e))     # row sums of the plan, shape (n,)
+                row_err, mass = float(np.abs(rows - a).sum()), float(rows.sum())
+                if row_err < tol:
+                    break
+            # not converged on the kept entries (they may hold no feasible plan): rebuild them from the new potentials
+    if not row_err < tol:                                # the budget ran out: measure the plan that would be returned
+        g = -eps * col_lse(f, eps)
+        rows = a * np.exp(f / eps + row_lse(g, eps))
+        row_err, mass = float(np.abs(rows - a).sum()), float(rows.sum())
+    # line 6: check the plan instead of returning garbage
+    if not (row_err < tol and abs(mass - 1) < 1e-6 and np.isfinite(f).all() and np.isfinite(g).all()):
+        raise SinkhornNotConverged(
+            f"entropic_ot did not converge: after {it} Sinkhorn iterations at eps = {eps:g} on a {n} x {m} problem the "
+            f"plan has mass {mass:.6g} (should be 1) and l1 marginal error {row_err:.3g} (tol = {tol:g}); "
+            f"raise max_iter or eps")
     return float(a @ f + b @ g), f, g
+
+_THETA, _STAGE_TOL, _REBUILD_EVERY = 30.0, 1e-2, 200   # truncation (in units of eps), stage accuracy, iterations per kernel
 
 def gibbs_plan(a: np.ndarray, b: np.ndarray, C: np.ndarray, f: np.ndarray, g: np.ndarray, eps: float) -> np.ndarray:
     "The entropic plan pi_ij = a_i b_j exp((f_i + g_j - C_ij)/eps), Eq. (datashifts-eq-plan); shape (n, m)."
+    _check_eps(eps)
+    n, m = len(a), len(b)
+    for name, v, shape in (("a", a, (n,)), ("b", b, (m,)), ("C", C, (n, m)), ("f", f, (n,)), ("g", g, (m,))):
+        if not isinstance(v, np.ndarray) or v.shape != shape:
+            raise ValueError(f"{name} must be a numpy array of shape {shape}, got {getattr(v, 'shape', type(v).__name__)}")
     return a[:, None] * b[None, :] * np.exp((f[:, None] + g[None, :] - C) / eps)
+
 
 # %% ../nbs/03_datashifts.ipynb #ab845614
 def subsample(x: np.ndarray,  # points, shape (n, d)
@@ -81,16 +173,24 @@ def subsample(x: np.ndarray,  # points, shape (n, d)
               y: np.ndarray | None = None,  # labels, shape (n, k), moved along with x
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     "Canonically ordered, randomly permuted subsample of at most n_max points with renormalised positive weights."
+    if not isinstance(x, np.ndarray) or x.ndim != 2:
+        raise ValueError(f"x must be a numpy array of shape (n, d), got {getattr(x, 'shape', type(x).__name__)}")
+    if not isinstance(w, np.ndarray) or w.shape != (len(x),):
+        raise ValueError(f"w must be a numpy array of shape ({len(x)},), one weight per point, got {getattr(w, 'shape', type(w).__name__)}")
+    if not (np.isfinite(w).all() and (w >= 0).all() and w.sum() > 0):
+        raise ValueError("w must be finite and non-negative with a positive sum")
+    if isinstance(n_max, bool) or not isinstance(n_max, (int, np.integer)) or n_max < 1:
+        raise ValueError(f"n_max must be a positive int, got {n_max!r}")
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"rng must be a numpy Generator (np.random.default_rng(seed)), got {type(rng).__name__}")
+    if y is not None and (not isinstance(y, np.ndarray) or y.ndim != 2 or len(y) != len(x)):
+        raise ValueError(f"y must be a numpy array of shape ({len(x)}, k), one label per point, got {getattr(y, 'shape', type(y).__name__)}")
     keys = [w] + ([] if y is None else list(y.T[::-1])) + list(x.T[::-1])
     order = np.lexsort(keys)                 # canonical order: independent of the input row order
     order = order[w[order] > 0]              # zero-weight points carry no mass
     idx = order[rng.permutation(len(order))[:n_max]]
     ws = w[idx] / w[idx].sum()
     return x[idx], ws, (None if y is None else y[idx])
-
-def _check_eps(eps) -> None:
-    if isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating, np.integer)) or not (np.isfinite(eps) and eps > 0):
-        raise ValueError(f"eps must be a positive finite number, got {eps!r}")
 
 def _check_seed(seed) -> None:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
