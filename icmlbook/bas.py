@@ -19,9 +19,9 @@ from .core import num_threads, progress, seed_everything
 # %% auto #0
 __all__ = ['FP8_MAX', 'STATE_DTYPES', 'BLOCK_SCALES', 'block_layout', 'to_blocks', 'from_blocks', 'block_mean', 'quantize_fp8',
            'dequantize_fp8', 'fp8_e4m3_to_float', 'BAS', 'bas_fp8_update', 'compiled_update', 'state_bytes', 'Signum',
-           'pack_signs', 'unpack_signs', 'DistributedBAS', 'vote_bytes', 'vote_demo_model', 'vote_demo_batch',
-           'majority_vote_worker', 'torchrun_demo', 'char_corpus', 'tiny_gpt2', 'make_optimizer', 'warmup_cosine',
-           'train_lm', 'encoded_corpus', 'lm_task', 'run_tasks']
+           'pack_signs', 'unpack_signs', 'DistributedBAS', 'vote_bytes', 'wire_bytes', 'vote_demo_model',
+           'vote_demo_batch', 'majority_vote_worker', 'torchrun_demo', 'char_corpus', 'tiny_gpt2', 'make_optimizer',
+           'warmup_cosine', 'train_lm', 'encoded_corpus', 'lm_task', 'run_tasks']
 
 # %% ../nbs/04_bas.ipynb #39ee1e73
 FP8_MAX = 448.0  # largest finite value of torch.float8_e4m3fn
@@ -117,54 +117,90 @@ def _restore_nan(h: Tensor) -> None:
         if lo < -1.8 or hi > 1.8: h.masked_fill_(h.abs() > 1.8, float("nan"))
 
 # %% ../nbs/04_bas.ipynb #c3b65028
+def _check_hyper(group: dict, where: str = "") -> None:
+    "Validate one param group's hyper-parameters (the constructor's defaults or a group added later)."
+    lr = group["lr"]
+    if isinstance(lr, Tensor):
+        if lr.numel() != 1 or lr.is_complex() or not lr.is_floating_point():
+            raise TypeError(f"lr{where} must be a float or a one-element float tensor, got a tensor of shape "
+                            f"{tuple(lr.shape)} and dtype {lr.dtype}")
+        lr = float(lr)
+    for name, v in (("lr", lr), ("eps", group["eps"]), ("weight_decay", group["weight_decay"])):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise TypeError(f"{name}{where} must be a non-negative float, got {v!r}")
+        if not v >= 0.0: raise ValueError(f"{name}{where} must be >= 0, got {v}")
+    betas = group["betas"]
+    if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
+        raise TypeError(f"betas{where} must be a pair (beta1, beta2), got {betas!r}")
+    for i, b in enumerate(betas):
+        if isinstance(b, bool) or not isinstance(b, (int, float)) or not 0.0 <= b < 1.0:
+            raise ValueError(f"betas[{i}]{where} must lie in [0, 1), got {b!r}")
+    _check_block(group["block"])
+    if group["scale"] not in BLOCK_SCALES: raise ValueError(f"scale{where} must be one of {BLOCK_SCALES}, got {group['scale']!r}")
+    if group["state_dtype"] not in STATE_DTYPES:
+        raise ValueError(f"state_dtype{where} must be one of {STATE_DTYPES}, got {group['state_dtype']!r}")
+    n = group["min_8bit_size"]
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"min_8bit_size{where} must be an int >= 0, got {n!r}")
+
 class BAS(torch.optim.Optimizer):
     "Block Adaptive Signum, Algorithm (bas-alg): theta <- theta(1 - lr*wd) - lr * alpha_B * sign(m_t), Eqs. (bas-eq-m)-(bas-eq-update)."
-    def __init__(self, params: Iterable,  # parameters or param groups (dicts), as for any torch optimizer
-                 lr: float = 1e-3,  # learning rate eta (AdamW's)
+    def __init__(self, params: Iterable,  # parameters, named parameters or param groups (dicts), as for any torch optimizer
+                 lr: float | Tensor = 1e-3,  # learning rate eta (AdamW's); a one-element tensor is accepted, as by torch's optimizers
                  betas: tuple[float, float] = (0.9, 0.999),  # (beta1, beta2), AdamW's
                  eps: float = 1e-8,  # added to sqrt(v_hat_B), AdamW's
                  weight_decay: float = 1e-2,  # decoupled, as AdamW (and AdamW's default)
                  block: str | int = "row",  # partition: "row" or a chunk size >= 1 (1 gives AdamW)
                  scale: str = "l1",  # alpha_B: "l1" (Eq. bas-eq-alpha), "rms" or "none" (ablations)
                  state_dtype: torch.dtype = torch.float8_e4m3fn,  # first-moment storage dtype
+                 min_8bit_size: int = 4096,  # tensors with fewer entries keep an fp32 first moment (biases, norms), as bitsandbytes
                  maximize: bool = False,  # maximise the objective instead of minimising it
                  compile: bool = False,  # run the per-tensor update through torch.compile (see "Performance"); off by default
+                 max_chunk: int = 1 << 20,  # entries per work chunk: the scratch buffers hold at most 10 bytes x this
                  ):
-        for name, v in (("lr", lr), ("eps", eps), ("weight_decay", weight_decay)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
-                raise TypeError(f"{name} must be a non-negative float, got {v!r}")
-            if not v >= 0.0: raise ValueError(f"{name} must be >= 0, got {v}")
-        if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
-            raise TypeError(f"betas must be a pair (beta1, beta2), got {betas!r}")
-        for i, b in enumerate(betas):
-            if not 0.0 <= b < 1.0: raise ValueError(f"betas[{i}] must lie in [0, 1), got {b}")
-        _check_block(block)
-        if scale not in BLOCK_SCALES: raise ValueError(f"scale must be one of {BLOCK_SCALES}, got {scale!r}")
-        if state_dtype not in STATE_DTYPES:
-            raise ValueError(f"state_dtype must be one of {STATE_DTYPES}, got {state_dtype!r}")
-        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, block=block,
-                        scale=scale, state_dtype=state_dtype, maximize=maximize)
-        super().__init__(params, defaults)
-        self.compile = bool(compile)  # an execution switch, not a hyper-parameter: not in the state_dict
+        if isinstance(max_chunk, bool) or not isinstance(max_chunk, int) or max_chunk < 1:
+            raise ValueError(f"max_chunk must be an int >= 1, got {max_chunk!r}")
+        defaults = dict(lr=lr, betas=tuple(betas) if isinstance(betas, (tuple, list)) else betas, eps=eps,
+                        weight_decay=weight_decay, block=block, scale=scale, state_dtype=state_dtype,
+                        min_8bit_size=min_8bit_size, maximize=maximize)
+        _check_hyper(defaults)
+        self.compile = bool(compile)  # execution switches, not hyper-parameters: not in the state_dict
+        self.max_chunk = max_chunk
         self._scratch: dict = {}  # reusable work buffers (not optimizer state): device -> 3 flat tensors
-        for group in self.param_groups:  # groups may override any default: check them too
-            _check_block(group["block"])
-            if group["scale"] not in BLOCK_SCALES: raise ValueError(f"scale must be one of {BLOCK_SCALES}, got {group['scale']!r}")
-            if group["state_dtype"] not in STATE_DTYPES:
-                raise ValueError(f"state_dtype must be one of {STATE_DTYPES}, got {group['state_dtype']!r}")
+        super().__init__(params, defaults)  # calls add_param_group, which checks every group
+
+    def add_param_group(self, param_group: dict) -> None:
+        "As torch.optim.Optimizer.add_param_group, with the constructor's checks on the group's settings and parameters."
+        if not isinstance(param_group, dict):
+            raise TypeError(f"param_group must be a dict, got {type(param_group).__name__}")
+        where = f" (param group {len(self.param_groups)})"
+        _check_hyper({**self.defaults, **{k: v for k, v in param_group.items() if k != "params"}}, where)
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        for i, p in enumerate(group["params"]):
+            if p.is_complex():
+                name = group["param_names"][i] if "param_names" in group else f"parameter {i}"
+                self.param_groups.pop()
+                raise ValueError(f"BAS does not support complex parameters: {name}{where} has dtype {p.dtype}; "
+                                 f"optimise torch.view_as_real(p) instead")
+
+    def _moment_dtype(self, p: Tensor, group: dict) -> torch.dtype:
+        "The first moment's storage dtype for `p`: the group's, except fp32 for an FP8 state of a tensor below min_8bit_size."
+        small = group["state_dtype"] == torch.float8_e4m3fn and p.numel() < group["min_8bit_size"]
+        return torch.float32 if small else group["state_dtype"]
 
     def _init_state(self, p: Tensor, group: dict) -> dict:
         nb, length = block_layout(tuple(p.shape), group["block"])
-        state = self.state[p]
+        state, dtype = self.state[p], self._moment_dtype(p, group)
         state["step"] = torch.tensor(0.0)
-        state["exp_avg"] = torch.zeros(nb, length, dtype=group["state_dtype"], device=p.device)
-        if group["state_dtype"] == torch.float8_e4m3fn:
+        state["exp_avg"] = torch.zeros(nb, length, dtype=dtype, device=p.device)
+        if dtype == torch.float8_e4m3fn:
             state["exp_avg_scale"] = torch.ones(nb, device=p.device)
-        state["exp_avg_sq"] = torch.zeros(nb, device=p.device)
+        state["exp_avg_sq"] = torch.zeros(nb, device=p.device)  # fp32 whatever the parameter's dtype
         return state
 
     def _buffers(self, nb: int, length: int, device) -> tuple[Tensor, Tensor, Tensor]:
-        "Two fp32 and one int16 work buffers of shape (nb, length): views of buffers sized for the largest tensor, kept between steps (never part of the state)."
+        "Two fp32 and one int16 work buffers of shape (nb, length): views of buffers sized for the largest chunk, kept between steps (never part of the state)."
         n = nb * length
         bufs = self._scratch.get(device)
         if bufs is None or bufs[0].numel() < n:
@@ -172,77 +208,101 @@ class BAS(torch.optim.Optimizer):
                                             torch.empty(n, dtype=torch.int16, device=device))
         return tuple(b[:n].view(nb, length) for b in bufs)
 
+    def scratch_bytes(self) -> int:
+        "Bytes held by the work buffers (10 per entry of the largest chunk so far): extra memory beyond `state_bytes`."
+        return sum(b.numel() * b.element_size() for bufs in self._scratch.values() for b in bufs)
+
+    def _chunks(self, p: Tensor, group: dict) -> list[tuple[int, int]]:
+        "Block ranges [b0, b1) of at most max_chunk entries (at least one block); a non-contiguous `p` is one range."
+        nb, length = block_layout(tuple(p.shape), group["block"])
+        if not p.is_contiguous(): return [(0, nb)]
+        rows = max(1, self.max_chunk // max(length, 1))
+        return [(b, min(b + rows, nb)) for b in range(0, nb, rows)]
+
     @torch.no_grad()
-    def _moments(self, p: Tensor, group: dict) -> tuple[Tensor, Tensor, Tensor]:
-        """Advance m (Eq. bas-eq-m), v_B (Eq. bas-eq-v) and the stored FP8 code of `p`.
-        Returns m_t (n_blocks, block_len) fp32, alpha_B (n_blocks, 1) and a free work buffer of m_t's shape;
-        m_t and the buffer are reused by the next call."""
+    def _advance(self, p: Tensor, group: dict) -> int:
+        "Check the gradient, create the state of `p` on first use and count its step; returns t."
         if p.grad.is_sparse:
             raise TypeError("BAS does not support sparse gradients; use dense gradients (e.g. nn.Embedding(sparse=False))")
         state = self.state[p] if self.state[p] else self._init_state(p, group)
-        beta1, beta2 = group["betas"]
-        grad = -p.grad if group["maximize"] else p.grad
-        gb = to_blocks(grad.float(), group["block"])  # (n_blocks, block_len)
-        nb, length = gb.shape
         state["step"] += 1
-        t = state["step"].item()
-        m, work, bits = self._buffers(nb, length, p.device)
-        stored = state["exp_avg"]
+        return int(state["step"].item())
+
+    @torch.no_grad()
+    def _moments(self, p: Tensor, group: dict, t: int, b0: int, b1: int) -> tuple[Tensor, Tensor, Tensor]:
+        """Advance m (Eq. bas-eq-m), v_B (Eq. bas-eq-v) and the stored FP8 code of blocks [b0, b1) of `p` at step t.
+        Returns m_t (b1 - b0, block_len) fp32, alpha_B (b1 - b0, 1) and a free work buffer of m_t's shape;
+        m_t and the buffer are reused by the next call."""
+        state = self.state[p]
+        beta1, beta2 = group["betas"]
+        gb = to_blocks(p.grad, group["block"])[b0:b1].float()  # (k, block_len): a view for fp32 row blocks
+        if group["maximize"]: gb = -gb
+        k, length = gb.shape
+        real = min(b1 * length, p.numel()) - b0 * length  # entries that are not padding
+        m, work, bits = self._buffers(k, length, p.device)
+        stored = state["exp_avg"][b0:b1]
         if stored.dtype == torch.float8_e4m3fn:  # dequantise: q / 256 by bit arithmetic, then * (s_B * 256), exact
             m.copy_(_e4m3_as_half(stored, bits)); _restore_nan(m)
-            m.mul_((state["exp_avg_scale"] * 256.0)[:, None])
+            m.mul_((state["exp_avg_scale"][b0:b1] * 256.0)[:, None])
         elif stored.dtype == torch.float32: m = stored  # updated in place
         else: m.copy_(stored)
         m.lerp_(gb, 1 - beta1)  # m_t = beta1 m_{t-1} + (1 - beta1) g_t, Eq. (bas-eq-m)
-        v = state["exp_avg_sq"]  # v_B = beta2 v_B + (1 - beta2) mean_B g^2, Eq. (bas-eq-v); shape (n_blocks,)
-        v.mul_(beta2).add_(block_mean(torch.mul(gb, gb, out=work), p.numel()).view(-1), alpha=1 - beta2)
+        v = state["exp_avg_sq"][b0:b1]  # v_B = beta2 v_B + (1 - beta2) mean_B g^2, Eq. (bas-eq-v); shape (k,)
+        v.mul_(beta2).add_(block_mean(torch.mul(gb, gb, out=work), real).view(-1), alpha=1 - beta2)
         m_abs = torch.abs(m, out=work)
         if group["scale"] == "none":
-            alpha = torch.ones(nb, 1, device=m.device)
-        else:  # alpha_B = mean_B |m_hat| / (sqrt(v_hat_B) + eps), Eq. (bas-eq-alpha); shape (n_blocks, 1)
-            num = (block_mean(m_abs, p.numel()) if group["scale"] == "l1" else block_mean(m * m, p.numel()).sqrt()) / (1 - beta1 ** t)
+            alpha = torch.ones(k, 1, device=m.device)
+        else:  # alpha_B = mean_B |m_hat| / (sqrt(v_hat_B) + eps), Eq. (bas-eq-alpha); shape (k, 1)
+            num = (block_mean(m_abs, real) if group["scale"] == "l1" else block_mean(m * m, real).sqrt()) / (1 - beta1 ** t)
             den = (v.view(-1, 1) / (1 - beta2 ** t)).sqrt() + group["eps"]
-            alpha = torch.where(den > 0, num / den, torch.zeros_like(num))  # 0/0 only when eps = 0 and g = 0 so far
+            # 0/0 only when eps = 0 and g = 0 so far; a NaN (or inf) gradient makes alpha NaN, as AdamW's step
+            alpha = torch.where(den == 0, torch.zeros_like(num), num / den)
         if stored.dtype == torch.float8_e4m3fn:  # requantise, Eq. (bas-eq-fp8), as quantize_fp8 (m_abs is in `work`)
             amax = m_abs.amax(dim=1)
             s_B = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
-            stored.copy_(torch.div(m, s_B[:, None], out=work)); state["exp_avg_scale"].copy_(s_B)
-        elif stored is not m:
+            stored.copy_(torch.div(m, s_B[:, None], out=work)); state["exp_avg_scale"][b0:b1].copy_(s_B)
+        elif stored.data_ptr() != m.data_ptr():
             stored.copy_(m)
         return m, alpha, work
 
     @torch.no_grad()
     def _block_update(self, p: Tensor, group: dict) -> tuple[Tensor, Tensor]:
-        "Advance the moments of `p`; return sign(m_t) (n_blocks, block_len), a new tensor, and alpha_B (n_blocks, 1)."
-        m, alpha, _ = self._moments(p, group)
+        "Advance the moments of all of `p`; return sign(m_t) (n_blocks, block_len), a new tensor, and alpha_B (n_blocks, 1)."
+        t = self._advance(p, group)
+        m, alpha, _ = self._moments(p, group, t, 0, block_layout(tuple(p.shape), group["block"])[0])
         return torch.sign(m), alpha
 
     @torch.no_grad()
-    def _apply(self, p: Tensor, group: dict, direction: Tensor, alpha: Tensor) -> None:
-        "theta <- theta (1 - lr wd) - lr alpha_B direction, Eq. (bas-eq-update); `direction` is overwritten."
-        lr = group["lr"]
-        if group["weight_decay"]: p.mul_(1 - lr * group["weight_decay"])
+    def _apply(self, p: Tensor, group: dict, direction: Tensor, alpha: Tensor, b0: int = 0) -> None:
+        "theta <- theta (1 - lr wd) - lr alpha_B direction, Eq. (bas-eq-update), on blocks [b0, b0 + len(direction)); `direction` is overwritten."
+        lr, wd = float(group["lr"]), group["weight_decay"]
         step = direction.mul_(alpha)  # alpha_B sign(m_t), in place
-        nb, length = step.shape
-        if nb * length == p.numel() and p.is_contiguous() and p.dtype == torch.float32:
-            p.view(nb, length).add_(step, alpha=-lr)
-        else:
+        k, length = step.shape
+        if p.is_contiguous():
+            lo = b0 * length
+            seg = p.view(-1)[lo:min(lo + k * length, p.numel())]
+            if p.dtype == torch.float32:
+                if wd: seg.mul_(1 - lr * wd)
+                seg.add_(step.view(-1)[:seg.numel()], alpha=-lr)
+            else:  # bf16 / fp16 parameters: decay and step in fp32, then one rounding to the parameter's dtype
+                seg.copy_(seg.float().mul_(1 - lr * wd).add_(step.view(-1)[:seg.numel()], alpha=-lr))
+        else:  # a single range covering every block (see `_chunks`)
+            if wd: p.mul_(1 - lr * wd)
             p.add_(from_blocks(step, tuple(p.shape)).to(p.dtype), alpha=-lr)
 
     def _compilable(self, p: Tensor, group: dict) -> bool:
         "The compiled update covers the default case: l1 scale, FP8 state, fp32 contiguous parameter, blocks without padding."
         nb, length = block_layout(tuple(p.shape), group["block"])
-        return (group["scale"] == "l1" and group["state_dtype"] == torch.float8_e4m3fn and p.dtype == torch.float32
+        return (group["scale"] == "l1" and self._moment_dtype(p, group) == torch.float8_e4m3fn and p.dtype == torch.float32
                 and p.is_contiguous() and p.grad.is_contiguous() and not p.grad.is_sparse and nb * length == p.numel())
 
     @torch.no_grad()
     def _compiled_step(self, p: Tensor, group: dict) -> None:
         "One update of `p` by the torch.compile'd `bas_fp8_update` (one compiled function per block layout)."
-        state = self.state[p] if self.state[p] else self._init_state(p, group)
+        t = self._advance(p, group)
+        state = self.state[p]
         nb, length = block_layout(tuple(p.shape), group["block"])
         beta1, beta2 = group["betas"]
-        state["step"] += 1
-        t = state["step"].item()
         grad = -p.grad if group["maximize"] else p.grad
         c = lambda x: torch.tensor(float(x), device=p.device)  # 0-d tensors: new values do not recompile
         compiled_update((nb, length))(p.view(nb, length), grad.view(nb, length), state["exp_avg"], state["exp_avg_scale"],
@@ -251,27 +311,48 @@ class BAS(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None):
-        "One BAS step for every parameter with a gradient; returns closure() when given."
+        "One BAS step for every parameter with a gradient (empty tensors are skipped); returns closure() when given."
         loss = None
         if closure is not None:
             with torch.enable_grad(): loss = closure()
         for group in self.param_groups:
             for p in group["params"]:
-                if p.grad is None: continue
-                if self.compile and self._compilable(p, group): self._compiled_step(p, group)
-                else:
-                    m, alpha, work = self._moments(p, group)
-                    self._apply(p, group, torch.sign(m, out=work), alpha)
+                if p.grad is None or p.numel() == 0: continue
+                if self.compile and self._compilable(p, group): self._compiled_step(p, group); continue
+                t = self._advance(p, group)
+                for b0, b1 in self._chunks(p, group):
+                    m, alpha, work = self._moments(p, group, t, b0, b1)
+                    self._apply(p, group, torch.sign(m, out=work), alpha, b0)
         return loss
 
+    def state_dict(self) -> dict:
+        "As torch.optim.Optimizer.state_dict, with each FP8 first moment as raw uint8 bytes and its dtype named, so that pickle can copy it."
+        sd = super().state_dict()
+        sd["state"] = {i: ({**st, "exp_avg": st["exp_avg"].view(torch.uint8), "exp_avg_dtype": "float8_e4m3fn"}
+                           if isinstance(st.get("exp_avg"), Tensor) and st["exp_avg"].dtype == torch.float8_e4m3fn else st)
+                       for i, st in sd["state"].items()}
+        return sd
+
     def load_state_dict(self, state_dict: dict) -> None:
-        "As torch.optim.Optimizer.load_state_dict, then restore the first moment's dtype (which torch casts to the parameter's)."
+        "As torch.optim.Optimizer.load_state_dict, keeping the saved dtypes: torch would cast floating state to the parameter's dtype (bf16, say)."
+        saved = {i: dict(st) for i, st in state_dict["state"].items()}  # before torch's cast
         super().load_state_dict(state_dict)
-        for group in self.param_groups:
-            for p in group["params"]:
-                st = self.state.get(p)
-                if st and st["exp_avg"].dtype != group["state_dtype"]:
-                    st["exp_avg"] = st["exp_avg"].to(group["state_dtype"])  # exact: fp8 and bf16 values are fp32 values
+        ids = [i for g in state_dict["param_groups"] for i in g["params"]]
+        params = [p for g in self.param_groups for p in g["params"]]
+        groups = [g for g in self.param_groups for _ in g["params"]]
+        for i, p, group in zip(ids, params, groups):
+            if i not in saved: continue
+            raw, st = saved[i], self.state[p]
+            st.pop("exp_avg_dtype", None)
+            for k in ("exp_avg_sq", "exp_avg_scale"):
+                if k in raw: st[k] = raw[k].to(device=p.device, dtype=torch.float32).clone()
+            if "exp_avg" in raw:  # exactly the saved moment: FP8 (from its bytes), bf16 or fp32
+                m = raw["exp_avg"]
+                if raw.get("exp_avg_dtype") == "float8_e4m3fn":
+                    if m.dtype != torch.uint8:
+                        raise ValueError(f"state {i}: exp_avg_dtype names FP8 bytes, but exp_avg has dtype {m.dtype}")
+                    m = m.view(torch.float8_e4m3fn)
+                st["exp_avg"] = m.to(p.device).clone()
 
 # %% ../nbs/04_bas.ipynb #be4636a4
 def bas_fp8_update(p: Tensor,  # (n_blocks, block_len) fp32 parameter view, updated in place
@@ -289,7 +370,7 @@ def bas_fp8_update(p: Tensor,  # (n_blocks, block_len) fp32 parameter view, upda
     m_abs = m.abs()
     num = m_abs.mean(dim=1, keepdim=True) / bc1
     den = (v_new[:, None] / bc2).sqrt() + eps
-    alpha = torch.where(den > 0, num / den, torch.zeros_like(num))  # Eq. (bas-eq-alpha)
+    alpha = torch.where(den == 0, torch.zeros_like(num), num / den)  # Eq. (bas-eq-alpha)
     amax = m_abs.amax(dim=1)
     s_new = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))  # Eq. (bas-eq-fp8)
     q.copy_((m / s_new[:, None]).to(torch.float8_e4m3fn))
@@ -366,12 +447,15 @@ def unpack_signs(packed: Tensor,  # (n_bytes,) uint8
 
 # %% ../nbs/04_bas.ipynb #ef6cd0ec
 class DistributedBAS(BAS):
-    "BAS with 1-bit majority vote across data-parallel workers, Eq. (bas-eq-vote); takes BAS's arguments."
+    "BAS with majority vote across data-parallel workers, Eq. (bas-eq-vote); takes BAS's arguments."
+    VOTES = ("all_gather", "all_reduce")
     def __init__(self, params: Iterable, *args,
                  process_group=None,  # torch.distributed group (default: the world); world size 1 gives BAS
+                 vote: str = "all_gather",  # "all_gather": 1-bit packed signs; "all_reduce": int8 sign sums (flat in K, K < 128)
                  **kwargs):
+        if vote not in self.VOTES: raise ValueError(f"vote must be one of {self.VOTES}, got {vote!r}")
         super().__init__(params, *args, **kwargs)
-        self.process_group = process_group
+        self.process_group, self.vote = process_group, vote
         self.bytes_sent = 0  # payload this worker sent in the last step: packed signs + block scalars
 
     def world_size(self) -> int:
@@ -384,7 +468,7 @@ class DistributedBAS(BAS):
         loss = None
         if closure is not None:
             with torch.enable_grad(): loss = closure()
-        work = [(p, g) for g in self.param_groups for p in g["params"] if p.grad is not None]
+        work = [(p, g) for g in self.param_groups for p in g["params"] if p.grad is not None and p.numel()]
         local = [self._block_update(p, g) for p, g in work]  # [(sign (nb, L), alpha (nb, 1))]
         K = self.world_size()
         if K == 1:
@@ -393,15 +477,23 @@ class DistributedBAS(BAS):
             return loss
         # votes: the sign of m_t, real entries only (no block padding), 1 bit each
         m_signs = torch.cat([from_blocks(d, tuple(p.shape)).reshape(-1) for (p, _), (d, _) in zip(work, local)])
-        packed = pack_signs(m_signs)
+        packed = pack_signs(m_signs) if self.vote == "all_gather" else None
         alphas = torch.cat([a.view(-1) for _, a in local])
-        self.bytes_sent = packed.numel() * packed.element_size() + alphas.numel() * alphas.element_size()
-        got_signs = [torch.empty_like(packed) for _ in range(K)]
-        got_alphas = [torch.empty_like(alphas) for _ in range(K)]
-        dist.all_gather(got_signs, packed, group=self.process_group)
-        dist.all_gather(got_alphas, alphas, group=self.process_group)
-        votes = sum(unpack_signs(s, m_signs.numel()) for s in got_signs)  # sum of K votes in {-1, +1}
-        vote, alpha = torch.sign(votes), torch.stack(got_alphas).mean(0)  # Eq. (bas-eq-vote)
+        if self.vote == "all_reduce":  # one int8 vote in {-1, +1} per entry; their sum fits in int8 while K < 128
+            if K >= 128: raise ValueError(f"vote='all_reduce' sums int8 votes and needs fewer than 128 workers, got {K}")
+            votes8 = torch.where(torch.signbit(m_signs), -1, 1).to(torch.int8)  # +0 votes +1, as in pack_signs
+            self.bytes_sent = votes8.numel() + alphas.numel() * alphas.element_size()
+            dist.all_reduce(votes8, op=dist.ReduceOp.SUM, group=self.process_group)
+            alphas = alphas.clone(); dist.all_reduce(alphas, op=dist.ReduceOp.SUM, group=self.process_group)
+            vote, alpha = torch.sign(votes8.float()), alphas / K  # Eq. (bas-eq-vote)
+        else:
+            self.bytes_sent = packed.numel() * packed.element_size() + alphas.numel() * alphas.element_size()
+            got_signs = [torch.empty_like(packed) for _ in range(K)]
+            got_alphas = [torch.empty_like(alphas) for _ in range(K)]
+            dist.all_gather(got_signs, packed, group=self.process_group)
+            dist.all_gather(got_alphas, alphas, group=self.process_group)
+            votes = sum(unpack_signs(s, m_signs.numel()) for s in got_signs)  # sum of K votes in {-1, +1}
+            vote, alpha = torch.sign(votes), torch.stack(got_alphas).mean(0)  # Eq. (bas-eq-vote)
         i = j = 0
         for (p, g), (d, a) in zip(work, local):
             direction = to_blocks(vote[i:i + p.numel()].view(p.shape), g["block"])
@@ -417,7 +509,20 @@ def vote_bytes(params: Iterable[Tensor],  # the parameters the optimizer updates
     numel = sum(p.numel() for p in params)
     blocks = sum(block_layout(tuple(p.shape), block)[0] for p in params)
     return {"signs": -(-numel // 8), "block_scalars": 4 * blocks, "vote_total": -(-numel // 8) + 4 * blocks,
-            "fp32_allreduce": 4 * numel}
+            "int8_vote_total": numel + 4 * blocks, "fp32_allreduce": 4 * numel}
+
+def wire_bytes(params: Iterable[Tensor],  # the parameters the optimizer updates
+               world_size: int,  # K, the number of workers
+               block: str | int = "row",
+               ) -> dict[str, float]:
+    """Bytes each worker puts on the wire per step with ring collectives: an all-gather of P bytes sends (K - 1) P,
+    an all-reduce of P bytes sends 2 (K - 1) / K * P (reduce-scatter, then all-gather)."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be an int >= 1, got {world_size!r}")
+    b, K = vote_bytes(params, block), world_size
+    ring = 2 * (K - 1) / K
+    return {"sign_all_gather": (K - 1) * b["vote_total"], "int8_all_reduce": ring * b["int8_vote_total"],
+            "fp32_all_reduce": ring * b["fp32_allreduce"]}
 
 # %% ../nbs/04_bas.ipynb #ea63ca8b
 def vote_demo_model(seed: int = 0) -> nn.Module:
@@ -514,16 +619,17 @@ def train_lm(model: nn.Module,
              seed: int,  # batch order
              batch: int = 16,
              n_evals: int = 8,  # validation points on the curve
+             test: Tensor | None = None,  # (n_test, context) windows scored once, after training
              ) -> dict:
-    "Train a causal LM with `optimizer` under warm-up + cosine; return the validation curve and the final loss (inf if it diverged)."
+    "Train a causal LM with `optimizer` under warm-up + cosine; return the validation curve, the final validation loss and the test loss (inf if it diverged)."
     context = val.shape[1]
     sched = warmup_cosine(optimizer, steps)
     g = torch.Generator().manual_seed(seed)
     evals = set(np.linspace(0, steps, n_evals + 1).astype(int).tolist())
     curve = []
-    def evaluate() -> float:
+    def evaluate(windows: Tensor = val) -> float:
         model.eval()
-        with torch.no_grad(): loss = model(input_ids=val, labels=val).loss.item()
+        with torch.no_grad(): loss = model(input_ids=windows, labels=windows).loss.item()
         model.train()
         return loss if math.isfinite(loss) else float("inf")
     for t in range(steps + 1):
@@ -540,12 +646,13 @@ def train_lm(model: nn.Module,
         loss.backward()
         optimizer.step()
         sched.step()
-    return {"curve": curve, "final": curve[-1][1]}
+    final = curve[-1][1]
+    return {"curve": curve, "final": final, "test": None if test is None else (evaluate(test) if math.isfinite(final) else float("inf"))}
 
 # %% ../nbs/04_bas.ipynb #47b0fad3
 @functools.lru_cache(maxsize=1)
 def encoded_corpus(context: int = 32, n_val: int = 128) -> dict[str, Tensor]:
-    "Character ids of the corpus parts; fixed validation windows (n_val, context) drawn with seed 0."
+    "Character ids of the corpus parts; fixed windows (n_val, context) drawn with seed 0: validation (tuning) and test (verdicts) from the two halves of the validation text."
     pre, val, held, chars = char_corpus()
     ids = {c: i for i, c in enumerate(chars)}
     enc = lambda s: torch.tensor([ids[c] for c in s], dtype=torch.long)
@@ -555,7 +662,9 @@ def encoded_corpus(context: int = 32, n_val: int = 128) -> dict[str, Tensor]:
         return torch.stack([x[s:s + context] for s in starts.tolist()])
     held_ids = enc(held)
     cut = int(0.8 * held_ids.numel())
-    return {"train": enc(pre), "val": windows(enc(val)), "ft_train": held_ids[:cut],
+    val_ids = enc(val)
+    half = val_ids.numel() // 2
+    return {"train": enc(pre), "val": windows(val_ids[:half]), "test": windows(val_ids[half:]), "ft_train": held_ids[:cut],
             "ft_val": windows(held_ids[cut:]), "vocab_size": torch.tensor(len(chars))}
 
 def lm_task(task: dict) -> dict:
@@ -567,7 +676,7 @@ def lm_task(task: dict) -> dict:
         opt = make_optimizer(task["optimizer"], model, task["lr"])
         ft = task.get("data", "pretrain") == "finetune"
         out = train_lm(model, opt, data["ft_train" if ft else "train"], data["ft_val" if ft else "val"],
-                       task["steps"], task["seed"])
+                       task["steps"], task["seed"], test=None if ft else data["test"])
         out["state_bytes"] = state_bytes(opt)
         if task.get("keep_weights"): out["weights"] = {k: v.clone() for k, v in model.state_dict().items()}
         return dict(task, init=None, **out)
