@@ -12,11 +12,13 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from .core import progress
+
 # %% auto #0
-__all__ = ['POSITION_SPECS', 'MODES', 'KEYS', 'INSTRUCTIONS', 'MODIFIERS', 'ADJECTIVES', 'VERBS', 'NOUNS', 'CONCEPT',
+__all__ = ['POSITION_SPECS', 'MODES', 'STREAMS', 'KEYS', 'INSTRUCTIONS', 'MODIFIERS', 'ADJECTIVES', 'VERBS', 'NOUNS', 'CONCEPT',
            'KEY_SENTENCES', 'FOLLOW_SENTENCES', 'SteeringVector', 'intervention_positions', 'transformer_blocks',
            'attach', 'ToyInstructionGrammar', 'axbench_like_scores', 'train_sv', 'generate_steered',
-           'steered_perplexity', 'toy_gpt2', 'train_base_lm']
+           'steered_token_stats', 'toy_gpt2', 'train_base_lm']
 
 # %% ../nbs/07_prosv.ipynb #d7124046
 class SteeringVector(nn.Module):
@@ -44,15 +46,16 @@ class SteeringVector(nn.Module):
 
     def forward(self, h: Tensor,  # (B, L, d) the residual stream at the steered layer
                 mask: Tensor,  # (L,) or (B, L) bool: positions in T
+                multiplier: float = 1.0,  # m: adds m a v (steering-vectors' `multiplier`, repeng's coefficient)
                 ) -> Tensor:  # (B, L, d)
-        "h + mask * a v."
+        "h + mask * m a v."
         if h.dim() != 3 or h.shape[-1] != self.d:
             raise ValueError(f"h must have shape (batch, length, {self.d}), got {tuple(h.shape)}")
         if mask.shape[-1] != h.shape[1] or mask.dim() not in (1, 2):
             raise ValueError(f"mask must have shape (length,) or (batch, length) with length {h.shape[1]}, got {tuple(mask.shape)}")
         m = mask.to(h.dtype)
         m = m.reshape(1, -1, 1) if m.dim() == 1 else m.unsqueeze(-1)  # (1 or B, L, 1)
-        return h + m * (self.factor * self.vector)
+        return h + m * (multiplier * self.factor * self.vector)
 
 # %% ../nbs/07_prosv.ipynb #d91908d5
 POSITION_SPECS = ("f<i>+l<j>", "all")  # e.g. "f2+l2"
@@ -75,6 +78,7 @@ def intervention_positions(prompt_len: int,  # number of prompt tokens P >= 1
 
 # %% ../nbs/07_prosv.ipynb #96448f9e
 MODES = ("prompt_only", "full_sequence")
+STREAMS = ("block_output", "block_input")  # hidden_states[layer + 1] (pyreft, steering-vectors, repeng) or hidden_states[layer]
 
 def transformer_blocks(model: nn.Module) -> nn.ModuleList:
     "The list of transformer blocks of a transformers causal LM (GPT-2 `transformer.h` or Llama-style `model.layers`)."
@@ -84,47 +88,81 @@ def transformer_blocks(model: nn.Module) -> nn.ModuleList:
         if isinstance(m, nn.ModuleList): return m
     raise TypeError(f"model must be a transformers causal LM with GPT-2 or Llama-style blocks, got {type(model).__name__}")
 
+def _prompt_table(prompt_len, spec: str) -> Tensor:  # (R, P_max) bool: position p of row r is in T(P_r)
+    lens = torch.as_tensor(prompt_len).reshape(-1)
+    if lens.dtype in (torch.bool,) or lens.is_floating_point() or lens.numel() == 0:
+        raise TypeError(f"prompt_len must be an int or one int per row, got {prompt_len!r}")
+    table = torch.zeros(len(lens), int(lens.max()), dtype=torch.bool)
+    for r, n in enumerate(lens.tolist()): table[r, intervention_positions(int(n), spec)] = True
+    return table
+
 @contextlib.contextmanager
 def attach(model: nn.Module,  # a transformers causal LM, e.g. GPT2LMHeadModel
-           layer: int,  # steer the stream entering block `layer` (0-based), i.e. hidden_states[layer]
+           layer: int,  # the block (0-based) whose output is steered: hidden_states[layer + 1]
            sv: SteeringVector,
            mode: str = "prompt_only",  # "prompt_only" (T_PrO) or "full_sequence" (T_FS)
-           prompt_len: int | None = None,  # P; required for "prompt_only"
+           prompt_len: int | Sequence[int] | Tensor | None = None,  # P, or one P per row (left padding); required for "prompt_only"
            spec: str = "f2+l2",  # position spec for "prompt_only"
            log: list | None = None,  # if given, receives (n_positions_in_call, n_edited) per forward call
+           multiplier: float = 1.0,  # m: the edit is m a v
+           stream: str = "block_output",  # "block_output" (hidden_states[layer + 1]) or "block_input" (hidden_states[layer])
            ) -> Iterator[SteeringVector]:
-    "Forward-pre-hook context manager applying Eq. (prosv-eq-intervention) to the stream entering block `layer`; exact under KV caching (Prop. prosv-prop-cost)."
+    "Hook context manager applying Eq. (prosv-eq-intervention), scaled by `multiplier`, at block `layer`; exact under KV caching (Prop. prosv-prop-cost)."
     blocks = transformer_blocks(model)
     if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < len(blocks):
         raise ValueError(f"layer must be an int in [0, {len(blocks)}), got {layer!r}")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if stream not in STREAMS:
+        raise ValueError(f"stream must be one of {STREAMS}, got {stream!r}")
     if not isinstance(sv, SteeringVector):
         raise TypeError(f"sv must be a SteeringVector, got {type(sv).__name__}")
-    targets = None
+    if isinstance(multiplier, bool) or not isinstance(multiplier, (int, float)) or not math.isfinite(multiplier):
+        raise TypeError(f"multiplier must be a finite real number, got {multiplier!r}")
+    table = None
     if mode == "prompt_only":
         if prompt_len is None:
             raise ValueError("prompt_len must be given when mode='prompt_only'")
-        targets = torch.tensor(intervention_positions(prompt_len, spec))
+        table = _prompt_table(prompt_len, spec)
+    seen = {}  # GPT-2's position ids of the current call, read at its position embedding
 
-    def hook(module, args, kwargs):
-        h = args[0] if args else kwargs["hidden_states"]  # (B, L, d): the stream entering block `layer`
-        if targets is None:
+    def steer(h: Tensor, kwargs: dict) -> Tensor | None:  # h: (B, L, d)
+        if table is None:
             mask = torch.ones(h.shape[1], dtype=torch.bool, device=h.device)  # every position of this call
         else:
             pos = kwargs.get("position_ids")
-            if pos is None: pos = kwargs.get("cache_position")
+            if pos is None: pos = seen.get("position_ids")
             if pos is None:
-                raise RuntimeError("the block received neither position_ids nor cache_position; cannot locate prompt positions")
-            mask = torch.isin(pos, targets.to(pos.device))  # (L,) or (B, L): absolute positions in T
+                raise RuntimeError("no position_ids reached the block or a GPT-2 position embedding; cannot locate prompt positions")
+            pos = pos.reshape(-1, h.shape[1])  # (1 or B, L): each token's position from its row's first real token
+            tab = table.to(pos.device)
+            if len(tab) not in (1, h.shape[0]):
+                raise ValueError(f"prompt_len gives {len(tab)} row lengths for a batch of {h.shape[0]} rows")
+            rows = max(len(tab), len(pos))
+            tab, pos = tab.expand(rows, -1), pos.expand(rows, -1)
+            mask = (pos < tab.shape[1]) & tab.gather(1, pos.clamp(0, tab.shape[1] - 1))  # (rows, L)
         if log is not None: log.append((h.shape[1], int(mask.reshape(-1, h.shape[1]).any(0).sum())))
-        if not mask.any(): return None
-        h = sv(h, mask)
+        return sv(h, mask, multiplier) if mask.any() else None
+
+    def pre_hook(module, args, kwargs):  # stream="block_input"
+        h = steer(args[0] if args else kwargs["hidden_states"], kwargs)
+        if h is None: return None
         return ((h,) + tuple(args[1:]), kwargs) if args else (args, kwargs | {"hidden_states": h})
 
-    handle = blocks[layer].register_forward_pre_hook(hook, with_kwargs=True)
+    def post_hook(module, args, kwargs, output):  # stream="block_output"; a tensor, or a tuple in older transformers
+        h = steer(output[0] if isinstance(output, tuple) else output, kwargs)
+        if h is None: return None
+        return (h,) + tuple(output[1:]) if isinstance(output, tuple) else h
+
+    handles = []
+    wpe = getattr(getattr(model, "transformer", None), "wpe", None)
+    if isinstance(wpe, nn.Embedding):
+        handles.append(wpe.register_forward_pre_hook(lambda module, args: seen.update(position_ids=args[0])))
+    handles.append(blocks[layer].register_forward_pre_hook(pre_hook, with_kwargs=True) if stream == "block_input"
+                   else blocks[layer].register_forward_hook(post_hook, with_kwargs=True))
     try: yield sv
-    finally: handle.remove()
+    finally:
+        for hd in handles: hd.remove()
 
 # %% ../nbs/07_prosv.ipynb #d7cb8647
 KEYS = ("cats", "dogs", "rivers", "trains", "music", "bread", "winter", "gardens", "castles", "robots")
@@ -143,8 +181,9 @@ KEY_SENTENCES = (("the", "KEY", "VERB", "the", "ADJ", "NOUN", "."),
 FOLLOW_SENTENCES = (("it", "VERB", "the", "NOUN", "."), ("the", "NOUN", "is", "ADJ", "."))
 
 class ToyInstructionGrammar:
-    "Toy instruction data: prompts '<bos> PERSONA Q : INSTR MOD KEY A :', responses from grammar G mentioning KEY."
+    "Toy instruction data: prompts '<bos> Q : PERSONA INSTR MOD KEY A :', responses from grammar G mentioning KEY."
     prompt_len = 9
+    persona_position = 3  # outside the f2+l2 positions {0, 1, 7, 8}
 
     def __init__(self, p_follow: float = 0.7):  # probability of a second sentence
         words = ["<pad>", "<bos>", "<eos>", "Q", "A", ":", *NOUNS, *INSTRUCTIONS, *MODIFIERS, "it", "is", "and", "a", ".",
@@ -174,7 +213,7 @@ class ToyInstructionGrammar:
 
     def prompt_words(self, instruction: str, modifier: str, key: str, persona: str = "plain") -> list[str]:
         if persona not in NOUNS: raise ValueError(f"persona must be one of {tuple(NOUNS)}, got {persona!r}")
-        return ["<bos>", persona, "Q", ":", instruction, modifier, key, "A", ":"]
+        return ["<bos>", "Q", ":", persona, instruction, modifier, key, "A", ":"]
 
     def response_words(self, key: str, rng: np.random.Generator, nouns: str = "plain") -> list[str]:
         "A response from G that mentions `key`, noun slots filled from the pool `nouns`, ending in <eos>."
@@ -254,6 +293,7 @@ def train_sv(model: nn.Module,  # a transformers causal LM; its weights are froz
              clip: float = 1.0,  # max gradient norm of v
              seed: int = 0,  # batch order
              spec: str = "f2+l2",
+             stream: str = "block_output",  # see `attach`
              ) -> dict[str, list[float]]:  # per step: "loss" and "factor"
     "Joint (or vector-only) training of a steering vector: Adam with groups (v: lr_vector, a: lr_factor), linear decay, clipping on v."
     if input_ids.shape != labels.shape or input_ids.dim() != 2:
@@ -272,7 +312,7 @@ def train_sv(model: nn.Module,  # a transformers causal LM; its weights are froz
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1.0 - t / steps)  # linear decay, no warm-up
     gen = torch.Generator().manual_seed(seed)
     hist = {"loss": [], "factor": []}
-    with attach(model, layer, sv, mode, prompt_len, spec):
+    with attach(model, layer, sv, mode, prompt_len, spec, stream=stream):
         for _ in range(epochs):
             for idx in torch.randperm(n, generator=gen).split(batch_size):
                 loss = model(input_ids=input_ids[idx], labels=labels[idx]).loss
@@ -285,13 +325,16 @@ def train_sv(model: nn.Module,  # a transformers causal LM; its weights are froz
 
 # %% ../nbs/07_prosv.ipynb #86b140bf
 def generate_steered(model: nn.Module,
-                     prompt_ids: Tensor,  # (B, P) prompts of equal length P >= 1
+                     prompt_ids: Tensor,  # (B, P) prompts, left-padded to a common length P >= 1
                      sv: SteeringVector | None,  # None: the unsteered model
-                     layer: int = 0,
+                     layer: int | None,  # the block whose output is steered (see `attach`); required with a vector
                      mode: str = "prompt_only",
                      max_new_tokens: int = 24,
                      spec: str = "f2+l2",
                      use_cache: bool = True,
+                     attention_mask: Tensor | None = None,  # (B, P) 0 on left padding; default: no padding
+                     multiplier: float = 1.0,  # m: the edit is m a v
+                     stream: str = "block_output",
                      **generate_kwargs,  # passed to model.generate (e.g. output_scores=True)
                      ):  # (B, P + n_new) ids, or generate's output dict
     "Greedy generation from `model.generate` with the steering vector attached (KV cache: Prop. prosv-prop-cost)."
@@ -299,28 +342,52 @@ def generate_steered(model: nn.Module,
         raise ValueError(f"prompt_ids must have shape (batch, prompt_len), got {tuple(prompt_ids.shape)}")
     if prompt_ids.shape[1] < 1:
         raise ValueError("prompt_ids must not be empty: a prompt needs at least one token")
+    if sv is not None and layer is None:
+        raise ValueError("layer must be given when a steering vector is given")
+    if attention_mask is None: attention_mask = torch.ones_like(prompt_ids)
+    if attention_mask.shape != prompt_ids.shape:
+        raise ValueError(f"attention_mask must have the shape of prompt_ids {tuple(prompt_ids.shape)}, got {tuple(attention_mask.shape)}")
+    am = attention_mask.long()
+    if not (((am == 0) | (am == 1)).all() and (am.diff(dim=1) >= 0).all() and am[:, -1].eq(1).all()):
+        raise ValueError("attention_mask must be left padding: 0s then 1s in every row, with at least one real token")
     cfg = model.config
-    kw = dict(attention_mask=torch.ones_like(prompt_ids), max_new_tokens=max_new_tokens, do_sample=False,
+    kw = dict(attention_mask=am, max_new_tokens=max_new_tokens, do_sample=False,
               use_cache=use_cache, pad_token_id=cfg.pad_token_id, eos_token_id=cfg.eos_token_id) | generate_kwargs
     with torch.no_grad():
         if sv is None: return model.generate(prompt_ids, **kw)
-        with attach(model, layer, sv, mode, prompt_ids.shape[1], spec):
+        with attach(model, layer, sv, mode, am.sum(1), spec, multiplier=multiplier, stream=stream):  # per-row P
             return model.generate(prompt_ids, **kw)
 
-def steered_perplexity(model: nn.Module,
-                       sv: SteeringVector | None,
-                       input_ids: Tensor,  # (N, L) base data: prompt + response
-                       labels: Tensor,  # (N, L) response tokens, -100 elsewhere
-                       layer: int = 0,
-                       mode: str = "prompt_only",
-                       prompt_len: int | None = None,
-                       spec: str = "f2+l2",
-                       ) -> float:
-    "exp(mean cross-entropy of the labelled tokens) with the vector attached: the utility measure."
-    with torch.no_grad():
-        if sv is None: return math.exp(model(input_ids=input_ids, labels=labels).loss.item())
-        with attach(model, layer, sv, mode, prompt_len, spec):
-            return math.exp(model(input_ids=input_ids, labels=labels).loss.item())
+def steered_token_stats(model: nn.Module,
+                        sv: SteeringVector | None,
+                        input_ids: Tensor,  # (N, L) base data: prompt + response, right-padded
+                        labels: Tensor,  # (N, L) response tokens, -100 elsewhere
+                        concept_ids: Sequence[int],  # the concept words C
+                        slot_ids: Sequence[int],  # the words that fill the noun slots of the base answers
+                        layer: int | None = None,
+                        mode: str = "prompt_only",
+                        prompt_len: int | None = None,
+                        spec: str = "f2+l2",
+                        multiplier: float = 1.0,
+                        stream: str = "block_output",
+                        ) -> dict[str, float]:  # concept_prob, utility_ppl (non-slot tokens), ppl (all labelled tokens)
+    "Graded concept probability at the noun slots and perplexities of held-out base data with the vector attached."
+    if input_ids.shape != labels.shape or input_ids.dim() != 2:
+        raise ValueError(f"input_ids and labels must both have shape (N, L), got {tuple(input_ids.shape)} and {tuple(labels.shape)}")
+    if sv is not None and layer is None:
+        raise ValueError("layer must be given when a steering vector is given")
+    with torch.no_grad(), (attach(model, layer, sv, mode, prompt_len, spec, multiplier=multiplier, stream=stream)
+                           if sv is not None else contextlib.nullcontext()):
+        logp = model(input_ids=input_ids).logits[:, :-1].log_softmax(-1)  # (N, L-1, V): predicts token t+1
+    target = labels[:, 1:]  # (N, L-1)
+    labelled = target != -100
+    slot = torch.isin(target, torch.as_tensor(list(slot_ids))) & labelled
+    if not slot.any(): raise ValueError("no labelled token is in slot_ids: cannot measure the concept probability")
+    nll = -logp.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)  # (N, L-1)
+    concept_prob = logp[..., list(concept_ids)].exp().sum(-1)  # (N, L-1): p(C | prefix)
+    return {"concept_prob": concept_prob[slot].mean().item(),
+            "utility_ppl": math.exp(nll[labelled & ~slot].mean().item()),
+            "ppl": math.exp(nll[labelled].mean().item())}
 
 # %% ../nbs/07_prosv.ipynb #bfe15a86
 def toy_gpt2(grammar: ToyInstructionGrammar, seed: int, n_layer: int = 4, n_embd: int = 64, n_head: int = 4) -> nn.Module:
