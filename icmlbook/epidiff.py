@@ -3,6 +3,7 @@
 # %% ../nbs/18_epidiff.ipynb #4a0cc88c
 from __future__ import annotations
 
+import math
 import warnings
 from dataclasses import dataclass
 
@@ -10,7 +11,8 @@ import numpy as np
 import scipy.optimize
 import scoringrules
 import torch
-from diffusers import DDIMScheduler, DDPMScheduler
+from diffusers import ConfigMixin, DDIMScheduler, DDPMScheduler, DiffusionPipeline, ModelMixin
+from diffusers.configuration_utils import register_to_config
 from diffusers.models.embeddings import TimestepEmbedding, Timesteps
 from scipy.special import gammaln
 from torch import nn
@@ -23,7 +25,7 @@ __all__ = ['LOG_BOUNDS', 'PRIOR_MEAN', 'PRIOR_STD', 'LEVEL_PRIOR_STD', 'SIR_STAR
            'laplace_from_hessian', 'laplace_cov', 'ut_sigma_points', 'unscented_transform', 'rollout',
            'MechanisticForecast', 'mechanistic_forecast', 'normalized_uncertainty', 'uncertainty_to_sigma',
            'sir_predictive_samples', 'make_scheduler', 'RegionBlock', 'EpsNet', 'train_ddpm', 'guided_epsilon',
-           'steered_sample', 'crps', 'coverage']
+           'released_guided_epsilon', 'steered_sample', 'EpiDiffPipeline', 'crps', 'coverage']
 
 # %% ../nbs/18_epidiff.ipynb #5438b88a
 def _check_population(population) -> np.ndarray:
@@ -418,9 +420,13 @@ def sir_predictive_samples(forecast: MechanisticForecast,
 
 # %% ../nbs/18_epidiff.ipynb #2ebce309
 def make_scheduler(num_train_timesteps: int = 200, beta_end: float = 0.1) -> DDPMScheduler:
-    "DiffSTG's quadratic schedule, beta_t = linspace(1e-4 ** 0.5, beta_end ** 0.5)^2, for Eq. (epidiff-eq-forward); no clipping."
+    """DiffSTG's quadratic schedule, beta_t = linspace(1e-4 ** 0.5, beta_end ** 0.5)^2, for Eq. (epidiff-eq-forward); no clipping.
+
+    `timestep_spacing="trailing"`: a sampler built from this config with `from_config` starts at the last training step
+    t = num_train_timesteps - 1, where x_T is (almost) pure noise, as the sampler's N(0, I) start assumes; "leading" would
+    start at t = 195 of 200 with 40 steps (Lin et al. 2024, Table 2)."""
     return DDPMScheduler(num_train_timesteps=num_train_timesteps, beta_start=1e-4, beta_end=beta_end,
-                         beta_schedule="scaled_linear", clip_sample=False)
+                         beta_schedule="scaled_linear", clip_sample=False, timestep_spacing="trailing")
 
 
 class RegionBlock(nn.Module):
@@ -438,15 +444,16 @@ class RegionBlock(nn.Module):
         return h + self.mlp(self.norm2(h) + self.time(temb)[:, None])
 
 
-class EpsNet(nn.Module):
-    "Noise predictor eps_theta(x_t, t, c) over a (regions x days) window; one token per region."
-    def __init__(self, n_regions: int, n_time: int, cond_channels: int = 2, width: int = 64, blocks: int = 2):
+class EpsNet(ModelMixin, ConfigMixin):
+    "Noise predictor eps_theta(x_t, t, c) over a (regions x days) window; one token per region. A diffusers model: save_pretrained / from_pretrained."
+    @register_to_config
+    def __init__(self, n_regions: int, n_time: int, cond_channels: int = 2, width: int = 64, n_blocks: int = 2):
         super().__init__()
         self.n_regions, self.n_time, self.cond_channels = n_regions, n_time, cond_channels
         self.embed = nn.Linear((1 + cond_channels) * n_time, width)
         self.region = nn.Parameter(torch.zeros(n_regions, width))
         self.time_proj, self.time_embed = Timesteps(width, True, 0), TimestepEmbedding(width, width)
-        self.blocks = nn.ModuleList(RegionBlock(width) for _ in range(blocks))
+        self.blocks = nn.ModuleList(RegionBlock(width) for _ in range(n_blocks))
         self.norm, self.out = nn.LayerNorm(width), nn.Linear(width, n_time)
         nn.init.zeros_(self.out.weight)
         nn.init.zeros_(self.out.bias)
@@ -488,53 +495,102 @@ def train_ddpm(model: EpsNet, x0, cond,   # x0 (N, 1, V, T) clean windows, cond 
     return losses
 
 # %% ../nbs/18_epidiff.ipynb #8fc758c9
+def _check_guidance_inputs(x_t, alpha_bar, mu, sigma, future, guidance_scale):
+    ab = torch.as_tensor(alpha_bar, dtype=x_t.dtype)
+    if not 0 < float(ab) <= 1:
+        raise ValueError(f"alpha_bar must lie in (0, 1], got {float(ab)}")
+    future = torch.as_tensor(future)
+    if future.dtype != torch.bool or future.shape != x_t.shape[-1:]:
+        raise ValueError(f"future must be a bool mask of length T = {x_t.shape[-1]}, got {future.dtype} of shape {tuple(future.shape)}")
+    if mu.shape != x_t.shape:
+        raise ValueError(f"mu must have the shape of x_t, {tuple(x_t.shape)}; got {tuple(mu.shape)}")
+    sigma = torch.as_tensor(sigma, dtype=x_t.dtype)
+    if torch.isnan(sigma).any() or (sigma < 0).any():
+        raise ValueError("sigma must be non-negative and not NaN (inf switches steering off)")
+    if not (math.isfinite(guidance_scale) and guidance_scale >= 0):
+        raise ValueError(f"guidance_scale must be a finite number >= 0, got {guidance_scale}")
+    return ab, sigma, future
+
+
 def guided_epsilon(eps,                # (B, 1, V, T) network prediction eps-hat
                    x_t,                # (B, 1, V, T) current sample
                    alpha_bar,          # scalar alpha-bar_t
                    mu,                 # (B, 1, V, T) mechanistic mean F-bar (read on future slots only)
                    sigma,              # (B, 1, V, T) or scalar guidance width; inf switches steering off
                    future,             # (T,) bool, True on the forecast slots
-                   scale: float = 1.0,  # s; 1 is the Bayes update of Proposition epidiff-prop-guidance
+                   guidance_scale: float = 1.0,  # s; 1 is the Bayes update of Proposition epidiff-prop-guidance
                    ):
     "Steered noise prediction eps-tilde, Eq. (epidiff-eq-guided-eps): Gaussian-likelihood guidance on x0-hat."
-    ab = torch.as_tensor(alpha_bar, dtype=x_t.dtype)
-    if not 0 < float(ab) <= 1:
-        raise ValueError(f"alpha_bar must lie in (0, 1], got {float(ab)}")
-    if (torch.as_tensor(sigma) < 0).any():
-        raise ValueError("sigma must be non-negative")
+    ab, sigma, future = _check_guidance_inputs(x_t, alpha_bar, mu, sigma, future, guidance_scale)
     x0_hat = (x_t - (1 - ab).sqrt() * eps) / ab.sqrt()          # Eq. (epidiff-eq-ddim)
     r2 = (1 - ab) / ab                                            # variance of x_0 given x_t under a flat prior
     g = torch.where(future, (mu - x0_hat) / (sigma ** 2 + r2), torch.zeros_like(x0_hat))
-    return eps - scale * (1 - ab).sqrt() / ab.sqrt() * g
+    return eps - guidance_scale * (1 - ab).sqrt() / ab.sqrt() * g
+
+
+def released_guided_epsilon(eps, x_t, alpha_bar, mu, sigma, future,   # as for guided_epsilon
+                            guidance_scale: float = 10.0,  # the released s
+                            tau: float = 1.0,              # the released temperature inside g
+                            clip: float = 100.0,           # the released clamp of g
+                            ):
+    "The released rule (`compute_hetero_guidance_term`): eps-hat - s sqrt(1 - alpha-bar) clip(tau (F-bar - x0-hat) / sigma^2, +-clip)."
+    ab, sigma, future = _check_guidance_inputs(x_t, alpha_bar, mu, sigma, future, guidance_scale)
+    x0_hat = (x_t - (1 - ab).sqrt() * eps) / ab.sqrt()
+    g = torch.where(future, (tau * (mu - x0_hat) / sigma ** 2).clamp(-clip, clip), torch.zeros_like(x0_hat))
+    return eps - guidance_scale * (1 - ab).sqrt() * g
 
 
 @torch.no_grad()
 def steered_sample(model: EpsNet, cond,          # cond (B, C, V, T)
-                   scheduler: DDPMScheduler,
-                   future,                       # (T,) bool
-                   mu=None, sigma=None,          # (B, 1, V, T) mechanistic mean and width; None = plain DDIM
-                   scale: float = 1.0, steps: int = 40, n_samples: int = 16, seed: int = 0):
-    "DDIM (eta = 0) sampling, Eq. (epidiff-eq-ddim), steered by Eq. (epidiff-eq-guided-eps); -> samples (B, n, V, T)."
+                   scheduler,                    # a diffusers scheduler (DDIM, DDPM, ...); set_timesteps is called on it
+                   future,                       # (T,) bool, True on the forecast slots
+                   mu=None, sigma=None,          # (B, 1, V, T) mechanistic mean and width; None = unguided sampling
+                   guidance_scale: float = 1.0,  # s of Eq. (epidiff-eq-guided-eps)
+                   num_inference_steps: int = 40, num_samples: int = 16,
+                   generator: torch.Generator | None = None,
+                   guidance=guided_epsilon,      # the steering rule: guided_epsilon, or released_guided_epsilon
+                   ):
+    "Reverse diffusion with the scheduler's update, Eq. (epidiff-eq-ddim) for DDIM, steered by `guidance`; -> samples (B, n, V, T)."
     if (mu is None) != (sigma is None):
         raise ValueError("give both mu and sigma, or neither")
     if not (isinstance(cond, torch.Tensor) and (mu is None or isinstance(mu, torch.Tensor))):
         raise TypeError("cond and mu must be torch tensors")
-    if int(steps) != steps or steps < 1 or int(n_samples) != n_samples or n_samples < 1:
-        raise ValueError(f"steps and n_samples must be positive integers, got {steps} and {n_samples}")
+    if not hasattr(scheduler, "alphas_cumprod") or not hasattr(scheduler, "set_timesteps"):
+        raise TypeError(f"scheduler must be a diffusers noise scheduler with alphas_cumprod, got {type(scheduler).__name__}")
+    for name, v in (("num_inference_steps", num_inference_steps), ("num_samples", num_samples)):
+        if isinstance(v, bool) or int(v) != v or v < 1:
+            raise ValueError(f"{name} must be a positive integer, got {v}")
     B, _, V, T = cond.shape
-    ddim = DDIMScheduler.from_config(scheduler.config)
-    ddim.set_timesteps(steps)
-    x = torch.randn((B * n_samples, 1, V, T), generator=torch.Generator().manual_seed(seed))
-    rep = lambda a: a.repeat_interleave(n_samples, 0)
+    future = torch.as_tensor(future)
+    if future.dtype != torch.bool or future.shape != (T,):
+        raise ValueError(f"future must be a bool mask of length T = {T}, got {future.dtype} of shape {tuple(future.shape)}")
+    if mu is not None and mu.shape != (B, 1, V, T):
+        raise ValueError(f"mu must have shape {(B, 1, V, T)}, got {tuple(mu.shape)}")
+    scheduler.set_timesteps(int(num_inference_steps))
+    x = torch.randn((B * num_samples, 1, V, T), generator=generator) * scheduler.init_noise_sigma
+    rep = lambda a: a.repeat_interleave(num_samples, 0)
     cond = rep(cond)
     if mu is not None:
         mu, sigma = rep(mu), rep(torch.as_tensor(sigma, dtype=x.dtype).expand_as(mu))
-    for t in ddim.timesteps:
-        eps = model(x, t, cond)
+        _check_guidance_inputs(x, 0.5, mu, sigma, future, guidance_scale)
+    for t in scheduler.timesteps:
+        eps = model(scheduler.scale_model_input(x, t), t, cond)
         if mu is not None:
-            eps = guided_epsilon(eps, x, ddim.alphas_cumprod[t], mu, sigma, future, scale)
-        x = ddim.step(eps, t, x, eta=0.0).prev_sample
-    return x.reshape(B, n_samples, V, T)
+            eps = guidance(eps, x, scheduler.alphas_cumprod[t], mu, sigma, future, guidance_scale=guidance_scale)
+        x = scheduler.step(eps, t, x, generator=generator).prev_sample
+    return x.reshape(B, num_samples, V, T)
+
+
+class EpiDiffPipeline(DiffusionPipeline):
+    "EpiDiff's sampler as a diffusers pipeline: an EpsNet and a scheduler; calling it runs `steered_sample`."
+    def __init__(self, unet: EpsNet, scheduler):
+        super().__init__()
+        self.register_modules(unet=unet, scheduler=scheduler)
+
+    def __call__(self, cond, future, mu=None, sigma=None, guidance_scale: float = 1.0, num_inference_steps: int = 40,
+                 num_samples: int = 16, generator: torch.Generator | None = None, guidance=guided_epsilon):
+        return steered_sample(self.unet, cond, self.scheduler, future, mu, sigma, guidance_scale,
+                              num_inference_steps, num_samples, generator, guidance)
 
 # %% ../nbs/18_epidiff.ipynb #44e390df
 def crps(samples,   # (..., n) ensemble, n >= 2
@@ -544,6 +600,8 @@ def crps(samples,   # (..., n) ensemble, n >= 2
     samples, y = np.asarray(samples, dtype=float), np.asarray(y, dtype=float)
     if samples.ndim < 1 or samples.shape[:-1] != y.shape or samples.shape[-1] < 2:
         raise ValueError(f"samples must have shape y.shape + (n,) with n >= 2; got {samples.shape} for y {y.shape}")
+    if np.isnan(samples).any() or np.isnan(y).any():
+        raise ValueError(f"samples and y must not hold NaN; found {int(np.isnan(samples).sum())} in samples, {int(np.isnan(y).sum())} in y")
     return np.asarray(scoringrules.crps_ensemble(y, samples, estimator="fair"))
 
 
