@@ -235,10 +235,12 @@ class BAS(torch.optim.Optimizer):
         m_t and the buffer are reused by the next call."""
         state = self.state[p]
         beta1, beta2 = group["betas"]
-        gb = to_blocks(p.grad, group["block"])[b0:b1].float()  # (k, block_len): a view for fp32 row blocks
-        if group["maximize"]: gb = -gb
-        k, length = gb.shape
-        real = min(b1 * length, p.numel()) - b0 * length  # entries that are not padding
+        length = block_layout(tuple(p.shape), group["block"])[1]
+        k, lo = b1 - b0, b0 * length
+        real = min(b1 * length, p.numel()) - lo  # entries that are not padding
+        seg = p.grad.reshape(-1)[lo:lo + real]  # only this chunk's entries: a view for a contiguous gradient
+        gb = (torch.nn.functional.pad(seg, (0, k * length - real)) if real < k * length else seg).view(k, length).float()
+        if group["maximize"]: gb = -gb  # (k, block_len)
         m, work, bits = self._buffers(k, length, p.device)
         stored = state["exp_avg"][b0:b1]
         if stored.dtype == torch.float8_e4m3fn:  # dequantise: q / 256 by bit arithmetic, then * (s_B * 256), exact
