@@ -622,6 +622,7 @@ def train_lm(model: nn.Module,
              batch: int = 16,
              n_evals: int = 8,  # validation points on the curve
              test: Tensor | None = None,  # (n_test, context) windows scored once, after training
+             on_step: Callable[[int, torch.optim.Optimizer], None] | None = None,  # called as on_step(t, optimizer) after step t
              ) -> dict:
     "Train a causal LM with `optimizer` under warm-up + cosine; return the validation curve, the final validation loss and the test loss (inf if it diverged)."
     context = val.shape[1]
@@ -648,6 +649,7 @@ def train_lm(model: nn.Module,
         loss.backward()
         optimizer.step()
         sched.step()
+        if on_step is not None: on_step(t + 1, optimizer)
     final = curve[-1][1]
     return {"curve": curve, "final": final, "test": None if test is None else (evaluate(test) if math.isfinite(final) else float("inf"))}
 
