@@ -277,6 +277,7 @@ def test_review_mutants_run_in_every_run_and_show_on_the_page(chapter):
     [row] = mutate.load_results(root)
     text = mutate.chapter_section(row)
     assert "| zero counts as positive |" in text and "**survived**" in text and "killed (cell 5)" in text
+    assert "| 1 of 2 detected |" in mutate.summary_table([row])
     review.write_text('fix:\n  - name: stale\n    old: "return a * b"\n    new: ""\n')
     with pytest.raises(ValueError, match="occurs 0 times"):
         run(root, nb, mod, HAND[:1])

@@ -698,18 +698,21 @@ def _code(text: str) -> str:
 
 def summary_table(rows: list[dict]) -> str:
     "Markdown table: each chapter's score, counts and run; stale and unrun chapters show no numbers."
-    out = ["| chapter | score | mutants tried | detected | open | equivalent | run |", "|---|---|---|---|---|---|---|"]
+    out = ["| chapter | score | mutants tried | detected | open | equivalent | review mutants | run |",
+           "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         d = r["result"]
         if r["status"] != "current":
             label = "*stale*" if r["status"] == "stale" else "*not run*"
-            out.append(f"| {_cell(r['chapter'])} | {label} |  |  |  |  | {r.get('date', '')} |")
+            out.append(f"| {_cell(r['chapter'])} | {label} |  |  |  |  |  | {r.get('date', '')} |")
             continue
+        rev = d.get("review")
+        rev = "—" if not rev else f"{sum(m['outcome'] != 'survived' for m in rev)} of {len(rev)} detected"
         pct = "—" if r["score"] is None else f"**{100 * r['score']:.0f}%**"
         sample = f" of {d['candidates']}" if d["sampled"] else ""
         run = f"{r['date']}, {d['wall_time'] / 60:.0f} min" + ("; *tests changed since*" if r["tests_changed"] else "")
         out.append(f"| {_cell(r['chapter'])} | {pct} | {d['tried']}{sample} | {r['detected']} | {r['open']} | "
-                   f"{r['equivalent']} | {run} |")
+                   f"{r['equivalent']} | {rev} | {run} |")
     return "\n".join(out)
 
 
