@@ -90,6 +90,10 @@ def test_plan_takes_the_cells_before_the_experiment_and_skips_flagged_ones():
     nb["cells"] = [c for c in nb["cells"] if "Experiment" not in c["source"]]
     with pytest.raises(ValueError, match="Experiment"):
         mutate.test_plan(nb, {"slow"})
+    nb = notebook()
+    nb["cells"].append({"cell_type": "code", "metadata": {}, "outputs": [], "source": "#| export\ndef late(): pass"})
+    with pytest.raises(ValueError, match="export cells after the Experiment heading \\(cell 10\\)"):
+        mutate.test_plan(nb, {"slow"})
 
 
 def test_export_cells_are_replaced_by_the_module_code_with_its_line_numbers():

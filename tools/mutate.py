@@ -119,6 +119,11 @@ def test_plan(nb: dict, flags: set[str] = frozenset()) -> list[Step]:
     for i, cell in enumerate(nb["cells"]):
         src = "".join(cell["source"])
         if cell["cell_type"] == "markdown" and EXPERIMENT.search(src):
+            late = [f"cell {k}" for k, c in enumerate(nb["cells"][i:], i)
+                    if c["cell_type"] == "code" and EXPORT & set(directives("".join(c["source"])))]
+            if late:  # the tests never run that code, so its mutants would survive whatever the tests say
+                raise ValueError(f"export cells after the Experiment heading ({', '.join(late)}): move them, with "
+                                 "their tests, before it")
             return steps
         if cell["cell_type"] != "code":
             continue
