@@ -26,7 +26,8 @@ are always a seeded, uniform sample, and the same prefix of one permutation on e
 
 After tests are added, `--retest` judges the same sample again without a whole new run: every survivor, every
 timed-out mutant (on a loaded machine a survivor can time out), and a seeded spot check of the killed mutants
-(30 by default) to confirm the added tests did not stop an earlier kill. It refuses when the module changed (the mutants would differ); the result keeps a record of each retest.
+(30 by default) to confirm the added tests did not stop an earlier kill. It refuses when the module changed
+(the mutants would differ); the result keeps a record of each retest.
 
 Mutants that a review found surviving are kept in results/mutation/review.yml as exact text replacements; every
 run (and retest) of the chapter runs them first, outside the sample and its score, and records their outcomes
@@ -579,8 +580,9 @@ def retest_chapter(notebook: Path, module: Path, module_name: str, out: Path, *,
                    echo=print) -> dict:
     """Judge the same sample again with today's test cells, after tests were added: every survivor and every
     timed-out mutant of the result in `out` (a loaded machine times out survivors too), and `spot_check` of its
-    killed mutants (a seeded sample) to confirm they are still killed. The module must be the one that run mutated (same sha256); the other mutants keep their
-    outcome. The result records each retest (date, test hashes, counts, spot-check changes) under "retests".
+    killed mutants (a seeded sample) to confirm they are still killed. The module must be the one that run
+    mutated (same sha256); the other mutants keep their outcome. The review mutants are judged again too. The
+    result records each retest (date, test hashes, counts, spot-check changes) under "retests".
     `mutants` (with `source` set) replaces cosmic-ray's enumeration: for tests."""
     t_start = time.monotonic()
     deadline = t_start + budget
@@ -869,8 +871,8 @@ def main(argv=None) -> int:
         print(f"retest: {r['survivors_killed']} of {r['survivors_retested']} survivors now killed; "
               f"{r['timeouts_retested'] - len(r['timeouts_survived'])} of {r['timeouts_retested']} timed-out mutants "
               f"detected again{' (now surviving: ' + str(r['timeouts_survived']) + ')' if r['timeouts_survived'] else ''}; "
-              f"{r['spot_checked'] - len(r['spot_check_survived'])} of {r['spot_checked']} spot-checked detected "
-              f"mutants still detected" + (f" (now surviving: {r['spot_check_survived']})" if r["spot_check_survived"] else ""))
+              f"{r['spot_checked'] - len(r['spot_check_survived'])} of {r['spot_checked']} spot-checked killed "
+              f"mutants still killed" + (f" (now surviving: {r['spot_check_survived']})" if r["spot_check_survived"] else ""))
     else:
         d = mutate_chapter(notebook, module, f"icmlbook.{args.slug}", out, seed=args.seed, budget=args.budget,
                            workers=args.workers, timeout=args.timeout, max_mutants=args.max_mutants)
