@@ -79,7 +79,8 @@ bench: install
 
 # Mutation testing of one chapter's tests: `make mutate SLUG=bas` writes results/mutation/bas.json for the Test
 # strength appendix. tools/mutate.py installs its pinned cosmic-ray on first use; not part of `make test`, never
-# run in CI (one chapter takes up to 15 minutes). MUTATE_ARGS passes options, e.g. MUTATE_ARGS="--workers 1".
+# run in CI (one chapter takes up to 15 minutes). MUTATE_ARGS passes options, e.g. MUTATE_ARGS="--workers 1", or
+# MUTATE_ARGS=--retest to judge the last run's survivors again after adding tests (minutes, not 15).
 mutate: install
 	@test -n "$(SLUG)" || { echo "usage: make mutate SLUG=<chapter slug>" >&2; exit 2; }
 	nice -n 10 $(PY) tools/mutate.py $(SLUG) $(MUTATE_ARGS)

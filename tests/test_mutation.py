@@ -90,6 +90,10 @@ def test_plan_takes_the_cells_before_the_experiment_and_skips_flagged_ones():
     nb["cells"] = [c for c in nb["cells"] if "Experiment" not in c["source"]]
     with pytest.raises(ValueError, match="Experiment"):
         mutate.test_plan(nb, {"slow"})
+    nb = notebook()
+    nb["cells"].append({"cell_type": "code", "metadata": {}, "outputs": [], "source": "#| export\ndef late(): pass"})
+    with pytest.raises(ValueError, match="export cells after the Experiment heading \\(cell 10\\)"):
+        mutate.test_plan(nb, {"slow"})
 
 
 def test_export_cells_are_replaced_by_the_module_code_with_its_line_numbers():
@@ -225,6 +229,9 @@ def test_committed_results_are_consistent():
         mutate.equivalents(f.with_suffix(".equivalent.yml"))  # parses, one-line reasons
     rows = mutate.load_results(ROOT)
     assert {r["chapter"] for r in rows} >= {f.stem for f in files}
+    import yaml  # every review mutant still names today's code (its text occurs once in the module)
+    for slug in yaml.safe_load((ROOT / mutate.RESULTS_DIR / "review.yml").read_text()):
+        assert mutate.review_mutants(slug, (ROOT / "icmlbook" / f"{slug}.py").read_text(), ROOT), slug
 
 
 def test_page_shows_the_changed_part_of_a_long_line():
@@ -232,3 +239,49 @@ def test_page_shows_the_changed_part_of_a_long_line():
             "+        if rev > revenues(p, a, B, n, utility, v, cap)[j] - atol:")
     assert mutate.short_change(diff) == ("… utility, v, cap)[j] + atol:", "… utility, v, cap)[j] - atol:")
     assert mutate.short_change("-    return x > 0\n+    return x >= 0") == ("return x > 0", "return x >= 0")
+
+
+def test_retest_judges_the_survivors_again_with_the_added_tests(chapter):
+    root, nb, mod = chapter
+    out = root / "results" / "mutation" / "fix.json"
+    mutants = lambda: [hand_mutant("killed1", "return a + b", "return a - b"),  # noqa: E731
+                       hand_mutant("survives", "return x > 0", "return x >= 0")]
+    run(root, nb, mod, mutants())
+    kw = {"root": root, "echo": lambda s: None, "workers": 2, "timeout": 3.0, "budget": 120.0}
+    nb.write_text(json.dumps(notebook(TESTS + "\nassert not is_positive(0)")))  # the added test
+    d = mutate.retest_chapter(nb, mod, MODULE_NAME, out, mutants=mutants(), spot_check=1, **kw)
+    assert (d["tried"], d["killed"], d["survived"], d["score"]) == (2, 2, 0, 1.0)
+    assert d["tests_hash"] == mutate.tests_hash(mutate.test_plan(notebook(TESTS + "\nassert not is_positive(0)"),
+                                                                  {"slow"}))
+    [r] = d["retests"]
+    assert (r["survivors_retested"], r["survivors_killed"], r["spot_checked"], r["spot_check_survived"]) == (1, 1, 1, [])
+    assert json.loads(out.read_text())["retests"] == d["retests"]
+    # a spot-checked kill that no longer happens is recorded as a survivor, not kept as killed
+    nb.write_text(json.dumps(notebook("assert is_positive(5)")))
+    d = mutate.retest_chapter(nb, mod, MODULE_NAME, out, mutants=mutants(), spot_check=2, **kw)
+    assert sorted(d["retests"][-1]["spot_check_survived"]) == ["killed1", "survives"] and d["survived"] == 2
+    # a changed module has other mutants: no retest
+    mod.write_text(MODULE + "\n")
+    with pytest.raises(SystemExit, match="changed after the run"):
+        mutate.retest_chapter(nb, mod, MODULE_NAME, out, mutants=mutants(), **kw)
+
+
+def test_review_mutants_run_in_every_run_and_show_on_the_page(chapter):
+    root, nb, mod = chapter
+    review = root / "results" / "mutation" / "review.yml"
+    review.parent.mkdir(parents=True, exist_ok=True)
+    review.write_text('fix:\n  - name: add subtracts\n    old: "return a + b"\n    new: "return a - b"\n'
+                      '  - name: zero counts as positive\n    old: "return x > 0"\n    new: "return x >= 0"\n'
+                      'other:\n  - {name: not this chapter, old: "nowhere", new: ""}\n')
+    d = run(root, nb, mod, HAND[:1])
+    assert [(r["name"], r["outcome"]) for r in d["review"]] == [("add subtracts", "killed"),
+                                                              ("zero counts as positive", "survived")]
+    assert d["tried"] == 1  # outside the sample and its score
+    assert d["review"][1]["line"] == MODULE.splitlines().index("    return x > 0") + 1
+    [row] = mutate.load_results(root)
+    text = mutate.chapter_section(row)
+    assert "| zero counts as positive |" in text and "**survived**" in text and "killed (cell 5)" in text
+    assert "| 1 of 2 detected |" in mutate.summary_table([row])
+    review.write_text('fix:\n  - name: stale\n    old: "return a * b"\n    new: ""\n')
+    with pytest.raises(ValueError, match="occurs 0 times"):
+        run(root, nb, mod, HAND[:1])

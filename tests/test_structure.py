@@ -63,6 +63,15 @@ def test_chapter_exports_its_module_and_records_claims(nb):
         assert f"icmlbook.{other}" not in code or other == slug, f"{nb.name} imports chapter {other}"
 
 
+@pytest.mark.parametrize("nb", CHAPTER_NBS, ids=lambda p: p.name)
+def test_exported_code_comes_before_the_experiment(nb):
+    "Library code is tested where it is defined; the mutation tests (tools/mutate.py) run only the cells before it."
+    cs = cells(nb)
+    exp = next(i for i, c in enumerate(cs) if c["cell_type"] == "markdown" and re.search(r"^## Experiment", c["source"], re.M))
+    late = [i for i, c in enumerate(cs[exp:], exp) if c["cell_type"] == "code" and re.search(r"^#\| *export", c["source"], re.M)]
+    assert not late, f"{nb.name}: export cells {late} after the Experiment heading: move them, with their tests, before it"
+
+
 def test_every_module_imports():
     for py in (ROOT / "icmlbook").glob("*.py"):
         importlib.import_module(f"icmlbook.{py.stem}")

@@ -24,6 +24,15 @@ time). The candidates are shuffled by a fixed seed and tried in that order until
 budget (default 840 s: one chapter in at most 15 minutes on a 2-core machine) runs out, so the mutants tried
 are always a seeded, uniform sample, and the same prefix of one permutation on every run of the same code.
 
+After tests are added, `--retest` judges the same sample again without a whole new run: every survivor, and a
+seeded spot check of the detected mutants (30 by default) to confirm the added tests did not stop an earlier
+kill. It refuses when the module changed (the mutants would differ); the result keeps a record of each retest.
+
+Mutants that a review found surviving are kept in results/mutation/review.yml as exact text replacements; every
+run (and retest) of the chapter runs them first, outside the sample and its score, and records their outcomes
+under "review" (`--review-only` runs just them and prints, for quick work on a test; `--only ID,ID` does the same
+for sampled mutants named by their ids).
+
 The result goes to results/mutation/<slug>.json: counts, the module's sha256 (a result whose module changed
 is stale, and so is one whose test cells changed), the date and wall time, every mutant tried with its
 outcome, and each survivor's line and diff. results/mutation/<slug>.equivalent.yml, kept by hand and across
@@ -110,6 +119,11 @@ def test_plan(nb: dict, flags: set[str] = frozenset()) -> list[Step]:
     for i, cell in enumerate(nb["cells"]):
         src = "".join(cell["source"])
         if cell["cell_type"] == "markdown" and EXPERIMENT.search(src):
+            late = [f"cell {k}" for k, c in enumerate(nb["cells"][i:], i)
+                    if c["cell_type"] == "code" and EXPORT & set(directives("".join(c["source"])))]
+            if late:  # the tests never run that code, so its mutants would survive whatever the tests say
+                raise ValueError(f"export cells after the Experiment heading ({', '.join(late)}): move them, with "
+                                 "their tests, before it")
             return steps
         if cell["cell_type"] != "code":
             continue
@@ -411,6 +425,60 @@ def chapter_paths(slug: str, root: Path = ROOT) -> tuple[Path, Path]:
     return nbs[0], module
 
 
+def review_mutants(slug: str, source: str, root: Path = ROOT) -> list[tuple[str, Mutant]]:
+    "The chapter's mutants from results/mutation/review.yml (found by a review), as (name, mutant with its source)."
+    path = root / RESULTS_DIR / "review.yml"
+    if not path.exists():
+        return []
+    import yaml
+    out = []
+    for k, e in enumerate((yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get(slug) or []):
+        if not (isinstance(e, dict) and {"name", "old", "new"} <= set(e) and all(isinstance(e[x], str) for x in e)):
+            raise ValueError(f"{path}: entry {k} of {slug} needs the strings name, old and new, got {e!r}")
+        n = source.count(e["old"])
+        if n != 1:
+            raise ValueError(f"{path}: the text of review mutant {e['name']!r} occurs {n} times in the module of "
+                             f"{slug} (it must occur once): update its entry to today's code")
+        mid = "review-" + hashlib.sha1(e["name"].encode()).hexdigest()[:6]
+        out.append((e["name"], Mutant("review", 0, 0, mid, source.replace(e["old"], e["new"]))))
+    return out
+
+
+def run_review(slug: str, source: str, steps: list[Step], module_file: str, module_name: str, root: Path,
+               workers: int, timeout: float, deadline: float, expected: float, cwd: Path) -> list[dict]:
+    "Run the chapter's review mutants (all of them, before the sample); each entry as in the result's mutants."
+    named = review_mutants(slug, source, root)
+    jobs = [Job(m.id, program(steps, m.source, module_file)) for _, m in named]
+    done = {j.key: j for j in run_jobs(jobs, module_name, workers, timeout, deadline, expected, cwd)}
+    if len(done) < len(named):
+        raise RuntimeError(f"the budget ran out before the {len(named)} review mutants of {slug} were judged")
+    return [{"name": name, **_record(source, m, done[m.id].outcome)} for name, m in named]
+
+
+def _rel(p: Path, root: Path) -> str:
+    return str(p.relative_to(root)) if p.is_relative_to(root) else str(p)
+
+
+def _prepare(notebook: Path, module: Path, module_name: str, root: Path, cwd: Path | None, timeout: float | None,
+             deadline: float, workers: int, budget: float, echo):
+    """The module's source, the notebook's test plan, and the unmutated run: the tests must pass, and its time
+    sets the per-mutant timeout (four times as long, at least 20 s)."""
+    source = module.read_text(encoding="utf-8")
+    steps = test_plan(json.loads(notebook.read_text(encoding="utf-8")), test_flags(root))
+    module_file = _rel(module, root)
+    cwd = cwd or notebook.parent
+    base = program(steps, source, module_file)
+    warm_imports(base, module_name)
+    [job] = run_jobs([Job("baseline", base)], module_name, 1, timeout or 3600.0, deadline, 0.0, cwd)
+    if job.outcome.get("outcome") != "survived":
+        raise RuntimeError(f"the unmutated tests do not pass, so no mutant can be judged: {job.outcome}")
+    t0 = job.outcome["seconds"]
+    timeout = timeout or max(20.0, 4 * t0)
+    echo(f"{module_file}: the {sum(s.kind == 'cell' for s in steps)} test cells pass unmutated in {t0:.1f} s; "
+         f"timeout {timeout:.0f} s per mutant, {workers} worker(s), budget {budget:.0f} s")
+    return source, steps, module_file, cwd, t0, timeout
+
+
 def mutate_chapter(notebook: Path, module: Path, module_name: str, out: Path, *, root: Path = ROOT,
                    seed: int = 0, budget: float = DEFAULT_BUDGET, workers: int = 2, timeout: float | None = None,
                    max_mutants: int | None = None, mutants: list[Mutant] | None = None, cwd: Path | None = None,
@@ -419,23 +487,12 @@ def mutate_chapter(notebook: Path, module: Path, module_name: str, out: Path, *,
     `mutants` (with `source` set) replaces cosmic-ray's enumeration and the seeded shuffle: for tests."""
     t_start = time.monotonic()
     deadline = t_start + budget
-    source = module.read_text(encoding="utf-8")
-    nb = json.loads(notebook.read_text(encoding="utf-8"))
-    steps = test_plan(nb, test_flags(root))
-    rel = lambda p: str(p.relative_to(root)) if p.is_relative_to(root) else str(p)  # noqa: E731
-    module_file = rel(module)
-    cwd = cwd or notebook.parent
-    base = program(steps, source, module_file)
-    warm_imports(base, module_name)
-
-    # The unmutated run: the tests must pass, and its time sets the per-mutant timeout.
-    [job] = run_jobs([Job("baseline", base)], module_name, 1, timeout or 3600.0, deadline, 0.0, cwd)
-    if job.outcome.get("outcome") != "survived":
-        raise RuntimeError(f"the unmutated tests do not pass, so no mutant can be judged: {job.outcome}")
-    t0 = job.outcome["seconds"]
-    timeout = timeout or max(20.0, 4 * t0)
-    echo(f"{module_file}: the {sum(s.kind == 'cell' for s in steps)} test cells pass unmutated in {t0:.1f} s; "
-         f"timeout {timeout:.0f} s per mutant, {workers} worker(s), budget {budget:.0f} s")
+    source, steps, module_file, cwd, t0, timeout = _prepare(notebook, module, module_name, root, cwd, timeout,
+                                                             deadline, workers, budget, echo)
+    review = run_review(module.stem, source, steps, module_file, module_name, root, workers, timeout, deadline,
+                        min(timeout, 1.5 * t0), cwd)
+    if review:
+        echo(f"  review mutants: {sum(r['outcome'] != 'survived' for r in review)} of {len(review)} detected")
 
     skipped = 0
     if mutants is None:
@@ -481,29 +538,91 @@ def mutate_chapter(notebook: Path, module: Path, module_name: str, out: Path, *,
     finished = run_jobs(jobs(), module_name, workers, timeout, deadline, min(timeout, 1.5 * t0), cwd, progress)
     results = []
     for job in finished:
-        m = tried[job.key]
-        line, diff = line_diff(source, m.source)
-        r = {"id": m.id, "line": line, "where": enclosing(source, line), "operator": m.op,
-             "outcome": job.outcome["outcome"], "seconds": job.outcome["seconds"]}
-        if job.outcome["outcome"] == "killed":
-            r["killed_by"] = f"{job.outcome['step']}: {job.outcome['error']}"[:160]
-        else:
-            r["diff"] = diff
-        results.append(r)
+        results.append(_record(source, tried[job.key], job.outcome))
     results.sort(key=lambda r: (r["line"], r["operator"], r["id"]))
-    c = {k: sum(r["outcome"] == k for r in results) for k in ("killed", "survived", "timeout")}
     data = {
-        "chapter": module.stem, "module": module_file, "notebook": rel(notebook),
+        "chapter": module.stem, "module": module_file, "notebook": _rel(notebook, root),
         "code_hash": sha256(module), "tests_hash": tests_hash(steps),
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "wall_time": round(time.monotonic() - t_start, 2), "baseline_seconds": t0, "timeout_seconds": timeout,
         "workers": workers, "library": f"{LIBRARY} {LIBRARY_VERSION}", "seed": seed,
         "candidates": candidates, "skipped_in_annotations": skipped, "incompetent": len(incompetent),
-        "tried": len(results), "killed": c["killed"], "survived": c["survived"], "timeouts": c["timeout"],
-        "sampled": len(results) < candidates,
+        "tried": len(results), **_counts(results),
+        "sampled": len(results) < candidates, "review": review,
         "mutants": results,
     }
     data["score"] = score(data, {})["score"]
+    write_result(out, data)
+    return data
+
+
+def _record(source: str, m: Mutant, outcome: dict) -> dict:
+    "One mutant's entry in the result: where it is, what it changed (if not killed) and what killed it."
+    line, diff = line_diff(source, m.source)
+    r = {"id": m.id, "line": line, "where": enclosing(source, line), "operator": m.op,
+         "outcome": outcome["outcome"], "seconds": outcome["seconds"]}
+    if outcome["outcome"] == "killed":
+        r["killed_by"] = f"{outcome['step']}: {outcome['error']}"[:160]
+    else:
+        r["diff"] = diff
+    return r
+
+
+def _counts(results: list[dict]) -> dict:
+    c = {k: sum(r["outcome"] == k for r in results) for k in ("killed", "survived", "timeout")}
+    return {"killed": c["killed"], "survived": c["survived"], "timeouts": c["timeout"]}
+
+
+def retest_chapter(notebook: Path, module: Path, module_name: str, out: Path, *, root: Path = ROOT,
+                   seed: int = 0, spot_check: int = 30, budget: float = DEFAULT_BUDGET, workers: int = 2,
+                   timeout: float | None = None, mutants: list[Mutant] | None = None, cwd: Path | None = None,
+                   echo=print) -> dict:
+    """Judge the same sample again with today's test cells, after tests were added: every survivor of the
+    result in `out`, and `spot_check` of its killed or timed-out mutants (a seeded sample) to confirm they are
+    still detected. The module must be the one that run mutated (same sha256); the other mutants keep their
+    outcome. The result records each retest (date, test hashes, counts, spot-check changes) under "retests".
+    `mutants` (with `source` set) replaces cosmic-ray's enumeration: for tests."""
+    t_start = time.monotonic()
+    deadline = t_start + budget
+    data = json.loads(out.read_text(encoding="utf-8"))
+    if data["code_hash"] != sha256(module):
+        raise SystemExit(f"{_rel(module, root)} changed after the run of {data['date'][:10]}: a retest judges the "
+                         "same mutants, so run the whole chapter again instead")
+    source, steps, module_file, cwd, t0, timeout = _prepare(notebook, module, module_name, root, cwd, timeout,
+                                                             deadline, workers, budget, echo)
+    data["review"] = run_review(module.stem, source, steps, module_file, module_name, root, workers, timeout,
+                                deadline, min(timeout, 1.5 * t0), cwd)
+    surv = [r["id"] for r in data["mutants"] if r["outcome"] == "survived"]
+    detected = sorted(r["id"] for r in data["mutants"] if r["outcome"] != "survived")
+    spot = random.Random(seed).sample(detected, min(spot_check, len(detected)))
+    wanted = set(surv) | set(spot)
+    if mutants is None:
+        mutants = [m for m in enumerate_mutants(source)[0] if m.id in wanted]
+    by_id = {m.id: m for m in mutants if m.id in wanted}
+    missing = wanted - set(by_id)
+    if missing:
+        raise RuntimeError(f"mutants of the earlier run not found in today's enumeration: {sorted(missing)[:5]}")
+    for m in by_id.values():
+        if m.source is None:
+            m.source = make_mutant(source, m)
+    order = [i for i in surv + spot]
+    jobs = (Job(i, program(steps, by_id[i].source, module_file)) for i in order)
+    finished = run_jobs(jobs, module_name, workers, timeout, deadline, min(timeout, 1.5 * t0), cwd)
+    if len(finished) < len(order):
+        raise RuntimeError(f"the budget of {budget:.0f} s judged only {len(finished)} of the {len(order)} mutants "
+                           "to retest; nothing was written (raise --budget)")
+    new = {job.key: _record(source, by_id[job.key], job.outcome) for job in finished}
+    old = {r["id"]: r for r in data["mutants"]}
+    relapsed = [i for i in spot if new[i]["outcome"] == "survived"]
+    data["mutants"] = sorted((new.get(i, r) for i, r in old.items()), key=lambda r: (r["line"], r["operator"], r["id"]))
+    before = data.get("tests_hash")
+    data.update(tests_hash=tests_hash(steps), **_counts(data["mutants"]))
+    data["score"] = score(data, {})["score"]
+    data.setdefault("retests", []).append({
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "wall_time": round(time.monotonic() - t_start, 2), "tests_hash_before": before,
+        "survivors_retested": len(surv), "survivors_killed": sum(new[i]["outcome"] != "survived" for i in surv),
+        "spot_checked": len(spot), "spot_check_survived": relapsed})
     write_result(out, data)
     return data
 
@@ -584,18 +703,21 @@ def _code(text: str) -> str:
 
 def summary_table(rows: list[dict]) -> str:
     "Markdown table: each chapter's score, counts and run; stale and unrun chapters show no numbers."
-    out = ["| chapter | score | mutants tried | detected | open | equivalent | run |", "|---|---|---|---|---|---|---|"]
+    out = ["| chapter | score | mutants tried | detected | open | equivalent | review mutants | run |",
+           "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         d = r["result"]
         if r["status"] != "current":
             label = "*stale*" if r["status"] == "stale" else "*not run*"
-            out.append(f"| {_cell(r['chapter'])} | {label} |  |  |  |  | {r.get('date', '')} |")
+            out.append(f"| {_cell(r['chapter'])} | {label} |  |  |  |  |  | {r.get('date', '')} |")
             continue
+        rev = d.get("review")
+        rev = "—" if not rev else f"{sum(m['outcome'] != 'survived' for m in rev)} of {len(rev)} detected"
         pct = "—" if r["score"] is None else f"**{100 * r['score']:.0f}%**"
         sample = f" of {d['candidates']}" if d["sampled"] else ""
         run = f"{r['date']}, {d['wall_time'] / 60:.0f} min" + ("; *tests changed since*" if r["tests_changed"] else "")
         out.append(f"| {_cell(r['chapter'])} | {pct} | {d['tried']}{sample} | {r['detected']} | {r['open']} | "
-                   f"{r['equivalent']} | {run} |")
+                   f"{r['equivalent']} | {rev} | {run} |")
     return "\n".join(out)
 
 
@@ -635,6 +757,21 @@ def survivors_table(row: dict) -> str:
     return "\n".join(out)
 
 
+def review_table(row: dict) -> str:
+    "Markdown: the mutants a review found (results/mutation/review.yml), each with its outcome in this run."
+    review = row["result"].get("review")
+    if review is None:
+        return "*This run predates the review mutants of `results/mutation/review.yml`.*"
+    if not review:
+        return "*No review mutants for this chapter.*"
+    out = ["| review mutant | line | outcome |", "|---|---|---|"]
+    for r in review:
+        how = f"killed ({_cell(r['killed_by'].split(':')[0])})" if r["outcome"] == "killed" else \
+            "timed out" if r["outcome"] == "timeout" else "**survived**"
+        out.append(f"| {_cell(r['name'])} | {r['line']} | {how} |")
+    return "\n".join(out)
+
+
 def unmatched_equivalents(row: dict) -> list[str]:
     "Ids in a chapter's equivalents file that are not among this run's survivors (killed, or not sampled)."
     surv = {m["id"] for m in row["result"]["mutants"] if m["outcome"] == "survived"}
@@ -655,9 +792,15 @@ def chapter_section(row: dict) -> str:
             f"{d['killed']} killed, {d['timeouts']} timed out, {d['survived']} survived, {row['equivalent']} of "
             f"them equivalent. Run on {row['date']} in {d['wall_time'] / 60:.1f} min with {d['library']}, "
             f"{d['workers']} at a time, {d['timeout_seconds']:.0f} s per mutant at most."
+            + "".join(f" Retested on {r['date'][:10]} with added tests ({r['wall_time'] / 60:.1f} min): "
+                      f"{r['survivors_killed']} of its {r['survivors_retested']} survivors now killed, and "
+                      f"{r['spot_checked'] - len(r['spot_check_survived'])} of {r['spot_checked']} detected mutants "
+                      "checked again still detected." for r in d.get("retests", []))
             + (" *The chapter's test cells changed after this run; its module did not. Run "
-               f"`make mutate SLUG={slug}` again for a score of today's tests.*" if row["tests_changed"] else "")
+               f"`make mutate SLUG={slug} MUTATE_ARGS=--retest` for a score of today's tests.*"
+               if row["tests_changed"] else "")
             + "\n\n" + survivors_table(row))
+    text += "\n\n" + review_table(row)
     extra = unmatched_equivalents(row)
     if extra:
         text += ("\n\nMarked equivalent but not a survivor of this run (killed now, or not in its sample): "
@@ -676,6 +819,13 @@ def main(argv=None) -> int:
     ap.add_argument("--max-mutants", type=int, default=None, help="try at most this many (default: as time allows)")
     ap.add_argument("--timeout", type=float, default=None,
                     help="seconds per mutant (default: 4x the unmutated run, at least 20)")
+    ap.add_argument("--retest", action="store_true",
+                    help="judge the last run's sample again with today's tests: its survivors, and --spot-check of "
+                         "its detected mutants (the module must be unchanged since that run)")
+    ap.add_argument("--review-only", action="store_true",
+                    help="run only the chapter's review mutants (results/mutation/review.yml) and print; writes nothing")
+    ap.add_argument("--only", default="", help="comma-separated mutant ids: run just these and print; writes nothing")
+    ap.add_argument("--spot-check", type=int, default=30, help="detected mutants a --retest judges again")
     args = ap.parse_args(argv)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(var, "1")  # one thread per worker, set before numpy and torch load
@@ -686,8 +836,39 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(ROOT))
     notebook, module = chapter_paths(args.slug)
     out = ROOT / RESULTS_DIR / f"{args.slug}.json"
-    d = mutate_chapter(notebook, module, f"icmlbook.{args.slug}", out, seed=args.seed, budget=args.budget,
-                       workers=args.workers, timeout=args.timeout, max_mutants=args.max_mutants)
+    if args.review_only or args.only:
+        t_start = time.monotonic()
+        name = f"icmlbook.{args.slug}"
+        source, steps, module_file, cwd, t0, timeout = _prepare(
+            notebook, module, name, ROOT, None, args.timeout, t_start + args.budget, args.workers, args.budget, print)
+        if args.review_only:
+            found = run_review(args.slug, source, steps, module_file, name, ROOT, args.workers, timeout,
+                               t_start + args.budget, min(timeout, 1.5 * t0), cwd)
+        else:
+            ids = set(args.only.split(","))
+            ms = {m.id: m for m in enumerate_mutants(source)[0] if m.id in ids}
+            if ids - set(ms):
+                raise SystemExit(f"no mutant of today's module with id(s) {sorted(ids - set(ms))}")
+            for m in ms.values():
+                m.source = make_mutant(source, m)
+            done = run_jobs([Job(i, program(steps, m.source, module_file)) for i, m in ms.items()], name,
+                            args.workers, timeout, t_start + args.budget, min(timeout, 1.5 * t0), cwd)
+            found = [{"name": j.key, **_record(source, ms[j.key], j.outcome)} for j in done]
+        for r in found:
+            print(f"  {r['outcome']:8s} line {r['line']}: {r['name']}" + (f"  [{r['killed_by']}]" if "killed_by" in r else ""))
+        return 0
+    if args.retest:
+        if not out.exists():
+            raise SystemExit(f"no earlier run to retest: {out.relative_to(ROOT)} (run without --retest first)")
+        d = retest_chapter(notebook, module, f"icmlbook.{args.slug}", out, seed=args.seed, budget=args.budget,
+                           workers=args.workers, timeout=args.timeout, spot_check=args.spot_check)
+        r = d["retests"][-1]
+        print(f"retest: {r['survivors_killed']} of {r['survivors_retested']} survivors now killed; "
+              f"{r['spot_checked'] - len(r['spot_check_survived'])} of {r['spot_checked']} spot-checked detected "
+              f"mutants still detected" + (f" (now surviving: {r['spot_check_survived']})" if r["spot_check_survived"] else ""))
+    else:
+        d = mutate_chapter(notebook, module, f"icmlbook.{args.slug}", out, seed=args.seed, budget=args.budget,
+                           workers=args.workers, timeout=args.timeout, max_mutants=args.max_mutants)
     eq = equivalents(ROOT / RESULTS_DIR / f"{args.slug}.equivalent.yml")
     s = score(d, eq)
     pct = "n/a" if s["score"] is None else f"{100 * s['score']:.1f}%"
