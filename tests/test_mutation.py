@@ -245,21 +245,25 @@ def test_retest_judges_the_survivors_again_with_the_added_tests(chapter):
     root, nb, mod = chapter
     out = root / "results" / "mutation" / "fix.json"
     mutants = lambda: [hand_mutant("killed1", "return a + b", "return a - b"),  # noqa: E731
-                       hand_mutant("survives", "return x > 0", "return x >= 0")]
+                       hand_mutant("survives", "return x > 0", "return x >= 0"),
+                       hand_mutant("loops", "n = n - 1", "n = n + 1")]
     run(root, nb, mod, mutants())
     kw = {"root": root, "echo": lambda s: None, "workers": 2, "timeout": 3.0, "budget": 120.0}
     nb.write_text(json.dumps(notebook(TESTS + "\nassert not is_positive(0)")))  # the added test
     d = mutate.retest_chapter(nb, mod, MODULE_NAME, out, mutants=mutants(), spot_check=1, **kw)
-    assert (d["tried"], d["killed"], d["survived"], d["score"]) == (2, 2, 0, 1.0)
+    assert (d["tried"], d["killed"], d["survived"], d["timeouts"], d["score"]) == (3, 2, 0, 1, 1.0)
     assert d["tests_hash"] == mutate.tests_hash(mutate.test_plan(notebook(TESTS + "\nassert not is_positive(0)"),
                                                                   {"slow"}))
     [r] = d["retests"]
     assert (r["survivors_retested"], r["survivors_killed"], r["spot_checked"], r["spot_check_survived"]) == (1, 1, 1, [])
+    assert (r["timeouts_retested"], r["timeouts_survived"]) == (1, [])  # timed out again: judged, not assumed
     assert json.loads(out.read_text())["retests"] == d["retests"]
     # a spot-checked kill that no longer happens is recorded as a survivor, not kept as killed
     nb.write_text(json.dumps(notebook("assert is_positive(5)")))
     d = mutate.retest_chapter(nb, mod, MODULE_NAME, out, mutants=mutants(), spot_check=2, **kw)
-    assert sorted(d["retests"][-1]["spot_check_survived"]) == ["killed1", "survives"] and d["survived"] == 2
+    assert sorted(d["retests"][-1]["spot_check_survived"]) == ["killed1", "survives"]
+    # and so is a timed-out mutant that now finishes and passes (here: no test calls countdown any more)
+    assert d["retests"][-1]["timeouts_survived"] == ["loops"] and (d["survived"], d["timeouts"]) == (3, 0)
     # a changed module has other mutants: no retest
     mod.write_text(MODULE + "\n")
     with pytest.raises(SystemExit, match="changed after the run"):

@@ -41,6 +41,10 @@ def test_template_has_the_sections_and_joins_toc_and_index(tmp_path):
     index = "".join("".join(c["source"]) for c in json.loads((tmp_path / "nbs" / "index.ipynb").read_text())["cells"])
     assert "| 05 | [e2po](05_e2po.ipynb) |" in index
     assert (tmp_path / "_toc.yml").read_text().startswith("# Table of contents")  # the header comment is kept
+    import difflib  # and every other line as it was: the one change is the new chapter's line
+    diff = [l for l in difflib.ndiff((ROOT / "_toc.yml").read_text().splitlines(), (tmp_path / "_toc.yml").read_text().splitlines())
+            if l[:1] in "+-"]
+    assert diff == ["+       - file: nbs/05_e2po"], diff
 
 
 def test_a_new_part_is_created_in_book_order(tmp_path):

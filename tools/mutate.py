@@ -24,9 +24,9 @@ time). The candidates are shuffled by a fixed seed and tried in that order until
 budget (default 840 s: one chapter in at most 15 minutes on a 2-core machine) runs out, so the mutants tried
 are always a seeded, uniform sample, and the same prefix of one permutation on every run of the same code.
 
-After tests are added, `--retest` judges the same sample again without a whole new run: every survivor, and a
-seeded spot check of the detected mutants (30 by default) to confirm the added tests did not stop an earlier
-kill. It refuses when the module changed (the mutants would differ); the result keeps a record of each retest.
+After tests are added, `--retest` judges the same sample again without a whole new run: every survivor, every
+timed-out mutant (on a loaded machine a survivor can time out), and a seeded spot check of the killed mutants
+(30 by default) to confirm the added tests did not stop an earlier kill. It refuses when the module changed (the mutants would differ); the result keeps a record of each retest.
 
 Mutants that a review found surviving are kept in results/mutation/review.yml as exact text replacements; every
 run (and retest) of the chapter runs them first, outside the sample and its score, and records their outcomes
@@ -577,9 +577,9 @@ def retest_chapter(notebook: Path, module: Path, module_name: str, out: Path, *,
                    seed: int = 0, spot_check: int = 30, budget: float = DEFAULT_BUDGET, workers: int = 2,
                    timeout: float | None = None, mutants: list[Mutant] | None = None, cwd: Path | None = None,
                    echo=print) -> dict:
-    """Judge the same sample again with today's test cells, after tests were added: every survivor of the
-    result in `out`, and `spot_check` of its killed or timed-out mutants (a seeded sample) to confirm they are
-    still detected. The module must be the one that run mutated (same sha256); the other mutants keep their
+    """Judge the same sample again with today's test cells, after tests were added: every survivor and every
+    timed-out mutant of the result in `out` (a loaded machine times out survivors too), and `spot_check` of its
+    killed mutants (a seeded sample) to confirm they are still killed. The module must be the one that run mutated (same sha256); the other mutants keep their
     outcome. The result records each retest (date, test hashes, counts, spot-check changes) under "retests".
     `mutants` (with `source` set) replaces cosmic-ray's enumeration: for tests."""
     t_start = time.monotonic()
@@ -593,9 +593,10 @@ def retest_chapter(notebook: Path, module: Path, module_name: str, out: Path, *,
     data["review"] = run_review(module.stem, source, steps, module_file, module_name, root, workers, timeout,
                                 deadline, min(timeout, 1.5 * t0), cwd)
     surv = [r["id"] for r in data["mutants"] if r["outcome"] == "survived"]
-    detected = sorted(r["id"] for r in data["mutants"] if r["outcome"] != "survived")
+    slow = [r["id"] for r in data["mutants"] if r["outcome"] == "timeout"]  # a busy machine can time out a survivor
+    detected = sorted(r["id"] for r in data["mutants"] if r["outcome"] == "killed")
     spot = random.Random(seed).sample(detected, min(spot_check, len(detected)))
-    wanted = set(surv) | set(spot)
+    wanted = set(surv) | set(slow) | set(spot)
     if mutants is None:
         mutants = [m for m in enumerate_mutants(source)[0] if m.id in wanted]
     by_id = {m.id: m for m in mutants if m.id in wanted}
@@ -605,7 +606,7 @@ def retest_chapter(notebook: Path, module: Path, module_name: str, out: Path, *,
     for m in by_id.values():
         if m.source is None:
             m.source = make_mutant(source, m)
-    order = [i for i in surv + spot]
+    order = surv + slow + spot
     jobs = (Job(i, program(steps, by_id[i].source, module_file)) for i in order)
     finished = run_jobs(jobs, module_name, workers, timeout, deadline, min(timeout, 1.5 * t0), cwd)
     if len(finished) < len(order):
@@ -613,7 +614,6 @@ def retest_chapter(notebook: Path, module: Path, module_name: str, out: Path, *,
                            "to retest; nothing was written (raise --budget)")
     new = {job.key: _record(source, by_id[job.key], job.outcome) for job in finished}
     old = {r["id"]: r for r in data["mutants"]}
-    relapsed = [i for i in spot if new[i]["outcome"] == "survived"]
     data["mutants"] = sorted((new.get(i, r) for i, r in old.items()), key=lambda r: (r["line"], r["operator"], r["id"]))
     before = data.get("tests_hash")
     data.update(tests_hash=tests_hash(steps), **_counts(data["mutants"]))
@@ -622,7 +622,8 @@ def retest_chapter(notebook: Path, module: Path, module_name: str, out: Path, *,
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "wall_time": round(time.monotonic() - t_start, 2), "tests_hash_before": before,
         "survivors_retested": len(surv), "survivors_killed": sum(new[i]["outcome"] != "survived" for i in surv),
-        "spot_checked": len(spot), "spot_check_survived": relapsed})
+        "timeouts_retested": len(slow), "timeouts_survived": [i for i in slow if new[i]["outcome"] == "survived"],
+        "spot_checked": len(spot), "spot_check_survived": [i for i in spot if new[i]["outcome"] == "survived"]})
     write_result(out, data)
     return data
 
@@ -793,9 +794,11 @@ def chapter_section(row: dict) -> str:
             f"them equivalent. Run on {row['date']} in {d['wall_time'] / 60:.1f} min with {d['library']}, "
             f"{d['workers']} at a time, {d['timeout_seconds']:.0f} s per mutant at most."
             + "".join(f" Retested on {r['date'][:10]} with added tests ({r['wall_time'] / 60:.1f} min): "
-                      f"{r['survivors_killed']} of its {r['survivors_retested']} survivors now killed, and "
-                      f"{r['spot_checked'] - len(r['spot_check_survived'])} of {r['spot_checked']} detected mutants "
-                      "checked again still detected." for r in d.get("retests", []))
+                      f"{r['survivors_killed']} of its {r['survivors_retested']} survivors now killed, "
+                      + (f"{r['timeouts_retested'] - len(r['timeouts_survived'])} of its {r['timeouts_retested']} "
+                         "timed-out mutants detected again, " if "timeouts_retested" in r else "")
+                      + f"and {r['spot_checked'] - len(r['spot_check_survived'])} of {r['spot_checked']} killed "
+                      "mutants checked again still killed." for r in d.get("retests", []))
             + (" *The chapter's test cells changed after this run; its module did not. Run "
                f"`make mutate SLUG={slug} MUTATE_ARGS=--retest` for a score of today's tests.*"
                if row["tests_changed"] else "")
@@ -864,6 +867,8 @@ def main(argv=None) -> int:
                            workers=args.workers, timeout=args.timeout, spot_check=args.spot_check)
         r = d["retests"][-1]
         print(f"retest: {r['survivors_killed']} of {r['survivors_retested']} survivors now killed; "
+              f"{r['timeouts_retested'] - len(r['timeouts_survived'])} of {r['timeouts_retested']} timed-out mutants "
+              f"detected again{' (now surviving: ' + str(r['timeouts_survived']) + ')' if r['timeouts_survived'] else ''}; "
               f"{r['spot_checked'] - len(r['spot_check_survived'])} of {r['spot_checked']} spot-checked detected "
               f"mutants still detected" + (f" (now surviving: {r['spot_check_survived']})" if r["spot_check_survived"] else ""))
     else:

@@ -119,7 +119,13 @@ def add_to_toc(root: Path, slug: str) -> None:
     if entry not in files:
         part["chapters"].append({"file": entry})
         part["chapters"].sort(key=lambda c: c["file"])
-    path.write_text(header + yaml.safe_dump(toc, sort_keys=False, allow_unicode=True), encoding="utf-8")
+    path.write_text(header + yaml.dump(toc, Dumper=_IndentedDumper, sort_keys=False, allow_unicode=True), encoding="utf-8")
+
+
+class _IndentedDumper(yaml.SafeDumper):
+    "Lists indented under their key, as _toc.yml is written by hand (PyYAML puts them flush with the key)."
+    def increase_indent(self, flow=False, indentless=False):
+        return super().increase_indent(flow, False)
 
 
 def link_in_index(root: Path, slug: str) -> None:
