@@ -22,7 +22,7 @@ $(STAMP): settings.ini setup.py constraints.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,peers]"
 	touch $@
 
 # MathJax 3 from the npm registry, copied into the book's static files so maths renders offline.

@@ -21,6 +21,7 @@ requirements = shlex.split(cfg.get('requirements', ''))
 min_python = cfg['min_python']
 lic = licenses.get(cfg['license'].lower(), cfg['license'])
 dev_requirements = (cfg.get('dev_requirements') or '').split()
+peers_requirements = (cfg.get('peers_requirements') or '').split()
 
 setuptools.setup(
     name=cfg['lib_name'],
@@ -36,7 +37,7 @@ setuptools.setup(
     package_data={cfg['lib_name'] + '.registry': ['*.yml']},
     include_package_data=True,
     install_requires=requirements,
-    extras_require={'dev': dev_requirements},
+    extras_require={'dev': dev_requirements, 'peers': peers_requirements},
     python_requires='>=' + cfg['min_python'],
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',
