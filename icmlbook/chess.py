@@ -14,9 +14,9 @@ from torch.func import functional_call
 # %% auto #0
 __all__ = ['CLASS_RECIPES', 'FULL_RANK_CLASS', 'INTERFERER_CYCLES', 'ARCHS', 'sample_times', 'make_sensor_dataset',
            'segment_nodes', 'chebyshev_basis', 'stored_numbers', 'compression_ratio', 'ChessSynthesizer',
-           'RawSynthesizer', 'ConvNet', 'GRUNet', 'make_net', 'accuracy', 'train_classifier', 'evaluate_synthetic',
-           'train_experts', 'expert_net', 'kmeans_select', 'random_select', 'inner_loss', 'inter_loss',
-           'interpolate_expert', 'distill', 'power_spectrum', 'high_frequency_fraction']
+           'RawSynthesizer', 'LowRankSynthesizer', 'ConvNet', 'GRUNet', 'make_net', 'accuracy', 'train_classifier',
+           'evaluate_synthetic', 'train_experts', 'expert_net', 'kmeans_select', 'random_select', 'inner_loss',
+           'inter_loss', 'interpolate_expert', 'distill', 'power_spectrum', 'high_frequency_fraction']
 
 # %% ../nbs/17_chess.ipynb #f5b8bc6a
 CLASS_RECIPES = (  # three latent sources per class: (kind, frequency in cycles per unit window)
@@ -34,6 +34,11 @@ def _check_int(v, name: str, lo: int) -> int:
     if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
         raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
     return int(v)
+
+def _check_nonneg(v, name: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not v >= 0:   # also rejects nan
+        raise ValueError(f"{name} must be a number >= 0, got {v!r}")
+    return float(v)
 
 def sample_times(T: int,  # number of samples in the unit window
                  ) -> np.ndarray:
@@ -66,6 +71,11 @@ def make_sensor_dataset(n_per_class: int,  # samples per class
     _check_int(n_per_class, "n_per_class", 1); _check_int(T, "T", 1)
     if _check_int(C, "C", 1) < 3:
         raise ValueError(f"C must be an int >= 3 (three latent sources), got {C!r}")
+    for v, name in ((noise, "noise"), (interferer, "interferer"), (mix_class, "mix_class"), (mix_jitter, "mix_jitter")):
+        _check_nonneg(v, name)
+    if not isinstance(lengths, (tuple, list)) or not all(
+            isinstance(L, (int, np.integer)) and not isinstance(L, bool) and L >= 1 for L in lengths):
+        raise ValueError(f"lengths must be a tuple of ints >= 1, got {lengths!r}")
     world = np.random.default_rng(world_seed)
     A = world.standard_normal((C, 3)) / np.sqrt(3)                                            # shared mixing, (C, 3)
     A = A + mix_class * world.standard_normal((len(CLASS_RECIPES), C, 3)) / np.sqrt(3)        # per class, (K, C, 3)
@@ -152,7 +162,7 @@ class ChessSynthesizer(nn.Module):
 
     def time_factors(self, T: int | None = None) -> torch.Tensor:
         "u_r on segment s is sum_j c_{r,s,j} T_j(x), Eq. (chess-eq-u); shape (N, R, T)."
-        return (self.coef @ self.basis_at(T or self.T)).flatten(2)   # (N, R, S, l') -> (N, R, S l')
+        return (self.coef @ self.basis_at(self.T if T is None else T)).flatten(2)   # (N, R, S, l') -> (N, R, S l')
 
     def data(self, T: int | None = None) -> torch.Tensor:
         "X = U diag(sigma) V^T, Eq. (chess-eq-X), as (N, C, T) samples; with T, the same functions at T points."
@@ -232,6 +242,52 @@ class RawSynthesizer(nn.Module):
         self.values.copy_(X if self.T_store == self.T else F.adaptive_avg_pool1d(X, self.T_store))
         return self
 
+# %% ../nbs/17_chess.ipynb #ee2b3368
+class LowRankSynthesizer(nn.Module):
+    "Ablation: X_n = U diag(sigma) V^T (Eq. (chess-eq-X)) with each time factor stored as n_points values, linearly interpolated."
+    def __init__(self, n_class: int,  # classes
+                 ipc: int,  # synthetic samples per class
+                 T: int,  # native length
+                 C: int,  # channels
+                 rank: int = 3,  # R
+                 n_points: int = 24,  # values stored per time factor, P
+                 ):
+        super().__init__()
+        self.n_class, self.ipc = _check_int(n_class, "n_class", 1), _check_int(ipc, "ipc", 1)
+        self.T, self.C, self.n_points = _check_int(T, "T", 1), _check_int(C, "C", 1), _check_int(n_points, "n_points", 2)
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 1 <= rank <= C:
+            raise ValueError(f"rank must be an int in [1, C] = [1, {C}], got {rank!r}")
+        self.rank, n = rank, n_class * ipc
+        self.u = nn.Parameter(torch.zeros(n, rank, n_points))       # time factors on the coarse grid, (N, R, P)
+        self.sigma = nn.Parameter(torch.ones(n, rank))              # (N, R)
+        self.V = nn.Parameter(torch.zeros(n, C, rank))              # (N, C, R)
+        self.register_buffer("y", torch.arange(n_class).repeat_interleave(ipc))
+
+    def data(self, T: int | None = None) -> torch.Tensor:
+        "X = U diag(sigma) V^T with U the coarse time factors linearly interpolated to T points; shape (N, C, T)."
+        T = self.T if T is None else _check_int(T, "T", 1)
+        u = F.interpolate(self.u, size=T, mode="linear", align_corners=False)          # (N, R, T)
+        return torch.einsum("nrt,nr,ncr->nct", u, self.sigma, self.V)
+
+    def n_stored(self) -> int:
+        "Numbers stored, sigma folded into V: N R (P + C)."
+        return self.n_class * self.ipc * self.rank * (self.n_points + self.C)
+
+    @torch.no_grad()
+    def init_from_samples(self, X: torch.Tensor,  # real samples, (n_class * ipc, C, T), ordered by class
+                          ) -> "LowRankSynthesizer":
+        "Truncated SVD X_n^T = U S V^T, keep R; each kept column of U averaged over T / P windows (adaptive_avg_pool1d)."
+        N = self.n_class * self.ipc
+        if not isinstance(X, torch.Tensor) or tuple(X.shape) != (N, self.C, self.T):
+            raise ValueError(f"X must be a tensor of shape (n_class * ipc, C, T) = {(N, self.C, self.T)}, "
+                             f"got {tuple(getattr(X, 'shape', ())) or type(X).__name__}")
+        U, S, Vh = torch.linalg.svd(X.transpose(1, 2), full_matrices=False)             # (N, T, C), (N, C), (N, C, C)
+        R = self.rank
+        self.sigma.copy_(S[:, :R]); self.V.copy_(Vh[:, :R, :].transpose(1, 2))
+        self.u.copy_(F.adaptive_avg_pool1d(U[:, :, :R].transpose(1, 2), self.n_points))  # (N, R, P)
+        return self
+
+
 # %% ../nbs/17_chess.ipynb #275322f1
 ARCHS = ("ConvNet", "MLP", "GRU")
 
@@ -284,6 +340,9 @@ def accuracy(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> float:
 def train_classifier(net: nn.Module, X: torch.Tensor, y: torch.Tensor, steps: int, lr: float = 3e-3,
                      batch: int = 64, seed: int = 0) -> nn.Module:
     "Adam on the cross-entropy, `steps` minibatches of at most `batch` samples (full batch when the set is smaller)."
+    _check_int(steps, "steps", 0); _check_int(batch, "batch", 1)
+    if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating)) or not lr > 0:
+        raise ValueError(f"lr must be a number > 0, got {lr!r}")
     gen, opt = torch.Generator().manual_seed(seed), torch.optim.Adam(net.parameters(), lr=lr)
     for _ in range(steps):
         idx = torch.randint(len(X), (batch,), generator=gen) if len(X) > batch else torch.arange(len(X))
@@ -335,9 +394,11 @@ def kmeans_select(X: torch.Tensor, y: torch.Tensor,  # real data, (n, C, T) and 
 
 def random_select(y: torch.Tensor, ipc: int, seed: int) -> torch.Tensor:
     "Per class, ipc real samples drawn without replacement; indices (n_class * ipc,), by class."
+    groups = [torch.nonzero(y == c).flatten() for c in range(int(y.max()) + 1)]
+    if _check_int(ipc, "ipc", 1) > min(len(w) for w in groups):
+        raise ValueError(f"ipc must be at most the smallest class size, {min(len(w) for w in groups)}, got {ipc}")
     gen = torch.Generator().manual_seed(seed)
-    return torch.cat([w[torch.randperm(len(w), generator=gen)[:ipc]]
-                      for w in (torch.nonzero(y == c).flatten() for c in range(int(y.max()) + 1))])
+    return torch.cat([w[torch.randperm(len(w), generator=gen)[:ipc]] for w in groups])
 
 # %% ../nbs/17_chess.ipynb #748fa0eb
 def inner_loss(feats_real: list[torch.Tensor],  # block features of the real batch, [(n, ch, L)] x 3
@@ -370,6 +431,7 @@ def distill(synth: nn.Module,  # ChessSynthesizer or RawSynthesizer, initialised
             iters: int, lr: float, seed: int, n_real: int = 16) -> list[tuple[float, float]]:
     "Optimise the synthetic set's parameters with the inner- and inter-class losses; returns the (inner, inter) losses per iteration."
     if not lr > 0: raise ValueError(f"lr must be positive, got {lr!r}")
+    _check_int(n_real, "n_real", 1)
     gen = torch.Generator().manual_seed(seed)
     net = ConvNet(X_real.shape[1], synth.n_class).requires_grad_(False)          # a shell for functional_call
     opt = torch.optim.Adam([{"params": [p], "lr": lr * float(p.detach().pow(2).mean().sqrt()) + 1e-12}
