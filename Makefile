@@ -22,7 +22,7 @@ $(STAMP): settings.ini setup.py constraints.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev,peers]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
 	touch $@
 
 # MathJax 3 from the npm registry, copied into the book's static files so maths renders offline.
@@ -74,7 +74,10 @@ colab-test: install
 
 # The Performance appendix's numbers: medians over repeated runs, ratios against the reference a reader would
 # use. Not part of `make test`'s timing; `make test` runs every case once at a tiny size (tests/test_bench.py).
+# The bench also times the optional low-bit peers of chapter 04 (the `peers` extra), so it installs them. They stay out of
+# `make install`: importing transformers or diffusers with torchao present prints CUDA-library messages into every page.
 bench: install
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,peers]"
 	$(PY) benchmarks/run.py
 
 # Mutation testing of one chapter's tests: `make mutate SLUG=bas` writes results/mutation/bas.json for the Test

@@ -127,6 +127,9 @@ def make_windows(reported,       # (T, V) reported counts
                  t_h: int = 14, t_p: int = 7,
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     "Cut forecasting windows: -> history (W, V, t_h), future (W, V, t_p), susceptible share s0 at the history's start (W, V)."
+    for name, n in (("t_h", t_h), ("t_p", t_p)):
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"{name} must be a positive int (days), got {n!r}")
     reported, population = _check_counts(reported, "reported"), _check_population(population)
     origins = np.asarray(origins, dtype=int)
     if reported.ndim != 2 or reported.shape[1] != len(population):
@@ -377,8 +380,9 @@ def mechanistic_forecast(y_hist,               # (P, T_h) reported counts
     var = np.diagonal(C, axis1=1, axis2=2).copy()
     if np.any(var <= 0):
         bad = np.flatnonzero((var <= 0).any(1))
-        raise ValueError(f"the unscented transform gave a non-positive forecast variance (a strongly curved forecast map) "
-                         f"for y_hist rows {bad.tolist()}; fit them separately or drop them")
+        raise ValueError(f"the unscented transform gave a zero forecast variance for y_hist rows {bad.tolist()}: the forecast "
+                         f"is the same at every sigma point (a degenerate Laplace covariance, or a forecast flat over it); "
+                         f"with these weights (beta >= alpha^2) the UT variance cannot be negative")
     return MechanisticForecast(mean, var, eta, cov, projected)
 
 # %% ../nbs/18_epidiff.ipynb #b5d2048b
