@@ -183,6 +183,7 @@ class PatchTSTLite(Forecaster):
     def __init__(self, N: int, L: int, H: int, patch: int = 16, stride: int = 8, d: int = 32, heads: int = 4, layers: int = 2):
         super().__init__()
         _check_horizon(L, H)
+        _check_pos_int(patch, "patch"); _check_pos_int(stride, "stride")
         if L < patch: raise ValueError(f"L (lookback) must be >= the patch length {patch}, got {L}")
         self.patch, self.stride = patch, stride
         n_patch = (L + stride - patch) // stride + 1                        # with the end padded by one stride
@@ -345,7 +346,8 @@ class PESDTSF(Forecaster):
         _check_horizon(L, H)
         if not scales or not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 1 for s in scales):
             raise ValueError(f"scales must be positive ints, got {scales!r}")
-        if L < patch * max(scales) or L % (patch * max(scales)):
+        _check_pos_int(patch, "patch")
+        if L % (patch * max(scales)):  # L >= 1, so this also rejects L < patch * max(scales)
             raise ValueError(f"L (lookback) must be a positive multiple of patch * largest scale = {patch * max(scales)}, got {L}")
         self.scales, self.patch, self.lams = tuple(scales), patch, (lam_o, lam_c, lam_r)
         self.ks = [max(1, (k // s) | 1) for s in scales]                                  # odd window per scale
@@ -461,7 +463,9 @@ def evaluate(model: Forecaster, split: tuple, horizon: int | None = None) -> dic
 def naive_errors(split: tuple, period: int = 24, horizon: int | None = None) -> dict:
     "MSE of the last-value and the seasonal-naive (repeat the last `period` steps) forecasts on a split."
     X, Y, _ = split
-    h = horizon or Y.shape[-1]
+    period = _check_pos_int(period, "period")
+    h = Y.shape[-1] if horizon is None else _check_pos_int(horizon, "horizon")
+    if h > Y.shape[-1]: raise ValueError(f"horizon must be <= the split's {Y.shape[-1]} target steps, got {h}")
     last = X[..., -1:].expand(-1, -1, h)
     seas = X[..., -period:].repeat(1, 1, -(-h // period))[..., :h]
     return {"last_value": float(((last - Y[..., :h]) ** 2).mean()), "seasonal_naive": float(((seas - Y[..., :h]) ** 2).mean())}

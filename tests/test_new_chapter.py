@@ -6,9 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-from icmlbook.claims import Registry
+from icmlbook.claims import CHAPTERS, Registry, notebook_name
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
@@ -23,28 +24,37 @@ def new_chapter(tmp_path: Path, slug: str) -> subprocess.CompletedProcess:
                            "--root", str(tmp_path)], capture_output=True, text=True)
 
 
+# a chapter not written yet (the tests add it to copies of the toc and index, wherever the book stands)
+UNWRITTEN = next((s for s, _ in CHAPTERS if not (ROOT / "nbs" / notebook_name(s)).exists()), None)
+needs_unwritten = pytest.mark.skipif(UNWRITTEN is None, reason="every chapter is written")
+
+
+@needs_unwritten
 def test_template_has_the_sections_and_joins_toc_and_index(tmp_path):
-    r = new_chapter(tmp_path, "e2po")
+    slug = UNWRITTEN
+    stem = notebook_name(slug).removesuffix(".ipynb")
+    r = new_chapter(tmp_path, slug)
     assert r.returncode == 0, r.stderr
-    nb = json.loads((tmp_path / "nbs" / "05_e2po.ipynb").read_text())
+    nb = json.loads((tmp_path / "nbs" / f"{stem}.ipynb").read_text())
     md = [("".join(c["source"])) for c in nb["cells"] if c["cell_type"] == "markdown"]
     heads = [m.group(1) for s in md for m in re.finditer(r"^## (.+)$", s, re.M)]
     assert heads == SECTIONS and md[0].startswith("# ") and "ICML 2026" in md[0]
     code = ["".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code"]
-    assert code[0] == "#| default_exp e2po" and 'run = ChapterRun("e2po")' in code[1] and code[-1] == "run.finish()"
+    assert code[0] == f"#| default_exp {slug}" and f'run = ChapterRun("{slug}")' in code[1] and code[-1] == "run.finish()"
     assert sum("raise NotImplementedError" in c for c in code) >= len(SECTIONS) - 1
-    reg = Registry.from_text((tmp_path / "nbs" / "claims" / "e2po.yml").read_text(), "e2po")
+    reg = Registry.from_text((tmp_path / "nbs" / "claims" / f"{slug}.yml").read_text(), slug)
     assert reg.issue == 25 and reg.seed_kind == "verdict" and reg.seeds("C1", "ci") == (100, 101, 102)
     toc = yaml.safe_load((tmp_path / "_toc.yml").read_text())
-    part = next(p for p in toc["parts"] if p["caption"] == "Optimization and alignment")
-    assert [c["file"] for c in part["chapters"]] == ["nbs/04_bas", "nbs/05_e2po", "nbs/07_prosv"]
+    part = next(p for p in toc["parts"] if f"nbs/{stem}" in [c["file"] for c in p["chapters"]])
+    files = [c["file"] for c in part["chapters"]]
+    assert files == sorted(files)  # in book order among its part's chapters
     index = "".join("".join(c["source"]) for c in json.loads((tmp_path / "nbs" / "index.ipynb").read_text())["cells"])
-    assert "| 05 | [e2po](05_e2po.ipynb) |" in index
+    assert f"| {stem[:2]} | [{slug}]({stem}.ipynb) |" in index
     assert (tmp_path / "_toc.yml").read_text().startswith("# Table of contents")  # the header comment is kept
     import difflib  # and every other line as it was: the one change is the new chapter's line
     diff = [l for l in difflib.ndiff((ROOT / "_toc.yml").read_text().splitlines(), (tmp_path / "_toc.yml").read_text().splitlines())
             if l[:1] in "+-"]
-    assert diff == ["+       - file: nbs/05_e2po"], diff
+    assert len(diff) <= 3 and f"+       - file: nbs/{stem}" in diff, diff  # (plus a new part's two lines)
 
 
 def test_a_new_part_is_created_in_book_order(tmp_path):
@@ -54,9 +64,10 @@ def test_a_new_part_is_created_in_book_order(tmp_path):
         < captions.index("Signals, time series and the brain")
 
 
+@needs_unwritten
 def test_the_template_fails_until_written(tmp_path):
-    assert new_chapter(tmp_path, "e2po").returncode == 0
-    nb = json.loads((tmp_path / "nbs" / "05_e2po.ipynb").read_text())
+    assert new_chapter(tmp_path, UNWRITTEN).returncode == 0
+    nb = json.loads((tmp_path / "nbs" / notebook_name(UNWRITTEN)).read_text())
     first = next("".join(c["source"]) for c in nb["cells"] if "NotImplementedError" in "".join(c["source"]))
     r = subprocess.run([sys.executable, "-c", first], capture_output=True, text=True)
     assert r.returncode != 0 and "NotImplementedError: placeholder" in r.stderr
