@@ -16,10 +16,14 @@ sys.path.insert(0, str(ROOT / "tests"))
 from test_structure import SECTIONS  # noqa: E402
 
 
-def new_chapter(tmp_path: Path, slug: str) -> subprocess.CompletedProcess:
+def new_chapter(tmp_path: Path, slug: str, drop_part: str | None = None) -> subprocess.CompletedProcess:
     for f in ("_toc.yml", "nbs/index.ipynb"):
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / f, tmp_path / f)
+    if drop_part:  # the book as it was before the part's first chapter
+        toc = yaml.safe_load((tmp_path / "_toc.yml").read_text())
+        toc["parts"] = [p for p in toc["parts"] if p["caption"] != drop_part]
+        (tmp_path / "_toc.yml").write_text("# Table of contents\n" + yaml.safe_dump(toc, sort_keys=False))
     return subprocess.run([sys.executable, str(ROOT / "tools" / "new_chapter.py"), slug, "--issue", "25",
                            "--root", str(tmp_path)], capture_output=True, text=True)
 
@@ -58,7 +62,9 @@ def test_template_has_the_sections_and_joins_toc_and_index(tmp_path):
 
 
 def test_a_new_part_is_created_in_book_order(tmp_path):
-    assert new_chapter(tmp_path, "lgdea").returncode == 0
+    r = new_chapter(tmp_path, "lgdea", drop_part="Vision, language and multimodal")
+    assert r.returncode == 0, r.stderr
+    assert "nbs/10_lgdea" in (tmp_path / "_toc.yml").read_text()
     captions = [p["caption"] for p in yaml.safe_load((tmp_path / "_toc.yml").read_text())["parts"]]
     assert captions.index("Graphs and fairness") < captions.index("Vision, language and multimodal") \
         < captions.index("Signals, time series and the brain")
