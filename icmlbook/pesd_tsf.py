@@ -346,11 +346,11 @@ class PESDTSF(Forecaster):
         _check_horizon(L, H)
         if not scales or not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 1 for s in scales):
             raise ValueError(f"scales must be positive ints, got {scales!r}")
-        _check_pos_int(patch, "patch")
+        _check_pos_int(patch, "patch"); _check_pos_int(k, "k")
         if L % (patch * max(scales)):  # L >= 1, so this also rejects L < patch * max(scales)
             raise ValueError(f"L (lookback) must be a positive multiple of patch * largest scale = {patch * max(scales)}, got {L}")
         self.scales, self.patch, self.lams = tuple(scales), patch, (lam_o, lam_c, lam_r)
-        self.ks = [max(1, (k // s) | 1) for s in scales]                                  # odd window per scale
+        self.ks = [(k // s) | 1 for s in scales]                                          # odd window per scale
         n_tok = [L // s // patch for s in scales]
         self.revin = RevIN(N)
         self.trend_head = nn.Linear(sum(L // s for s in scales), H)                       # = sum_s Linear(L / s -> H)
