@@ -138,6 +138,8 @@ def whitened_predictive(x: Tensor,  # GP inputs z, (B, D)
     "Sparse-GP predictive with whitened inducing variables, Eq. (gl-eq-pred): mu = mu_0 + a^T m, var = k(z,z) - a^T a + |L^T a|^2, a = R^-1 k_Zz; (B, C) each."
     if not jitter >= 0:
         raise ValueError(f"jitter must be >= 0, got {jitter!r}")
+    if Z.ndim != 3 or x.shape != (Z.shape[0], Z.shape[2]):
+        raise ValueError(f"Z must have shape (B, M, D) matching x of shape (B, D), got Z {tuple(Z.shape)} and x {tuple(x.shape)}")
     Kzz = rbf_ard(Z, Z, lengthscale, outputscale) + jitter * torch.eye(Z.shape[-2], dtype=Z.dtype)  # (B, M, M)
     R = torch.linalg.cholesky(Kzz)                                                                   # K_ZZ + eps I = R R^T
     kzx = rbf_ard(Z, x.unsqueeze(-2), lengthscale, outputscale)                                      # (B, M, 1)
@@ -165,6 +167,7 @@ class AmortizedSVGPHead(nn.Module):
         super().__init__()
         for name, v, lo in (("in_dim", in_dim, 1), ("num_classes", num_classes, 2), ("num_inducing", num_inducing, 1), ("feat_dim", feat_dim, 1)):
             _check_int(v, name, lo)
+        if not jitter >= 0: raise ValueError(f"jitter must be >= 0, got {jitter!r}")
         self.C, self.M, self.D, self.jitter = num_classes, num_inducing, feat_dim, jitter
         self.proj = nn.Linear(in_dim, feat_dim)                                          # P
         self.to_Z = nn.Linear(feat_dim, num_inducing * feat_dim)
@@ -224,6 +227,7 @@ class GPanLoRA(nn.Module):
              samples: int = 8,  # S reparameterised samples
              ) -> Tensor:
         "Eq. (gl-eq-elbo) per example: batch mean of the S-sample estimate of E_q[log softmax(f)_y] minus beta * sum_c KL_c."
+        if not beta >= 0: raise ValueError(f"beta must be >= 0, got {beta!r}")
         h = self.body(x)
         mu, var = self.head.predictive(h)
         ll = mc_softmax(mu, var, samples, log=True).gather(-1, y.expand(samples, -1).unsqueeze(-1)).mean()
@@ -241,7 +245,7 @@ class GPanLoRA(nn.Module):
 
 # %% ../nbs/08_gpan_lora.ipynb #e2361e3d
 class MAPLoRA(nn.Module):
-    "MAP-LoRA: a peft LoRA backbone and a linear head trained by cross-entropy (weight decay in `fit` is the prior)."
+    "MAP-LoRA: a peft LoRA backbone and a linear head trained by cross-entropy (AdamW's decoupled weight decay in `fit` stands in for the prior)."
     def __init__(self, backbone: nn.Module, num_classes: int = 5, r: int = 4, alpha: float = 8.0,
                  dropout: float = 0.0,  # on the LoRA branch's input and the head's input (MC-dropout LoRA only)
                  hidden: int = 128):
@@ -278,6 +282,7 @@ class MeanFieldLoRA(nn.Module):
                  hidden: int = 128):
         super().__init__()
         if not prior_std > 0: raise ValueError(f"prior_std must be > 0, got {prior_std!r}")
+        if not init_std > 0: raise ValueError(f"init_std must be > 0, got {init_std!r}")
         self.net = MAPLoRA(backbone, num_classes, r, alpha, 0.0, hidden)      # holds the posterior means
         self.names = [n for n, p in self.net.named_parameters() if p.requires_grad]
         self.rho = nn.ParameterList([nn.Parameter(torch.full_like(p, math.log(math.expm1(init_std))))
