@@ -96,6 +96,8 @@ def simulate_rlc_ladder(N: int = 8,  # nodes = observed variables
     "Node voltages Y (T, N) of the driven ladder (exact ZOH, Eq. (pesd-eq-zoh)) and the stored energy (T,)."
     T = _check_pos_int(T, "T", 2)
     noise, drift = _check_nonneg(noise, "noise"), _check_nonneg(drift, "drift")
+    if isinstance(rho, bool) or not isinstance(rho, (int, float, np.integer, np.floating)) or not -1 < rho < 1:
+        raise ValueError(f"rho must be a number in (-1, 1), a stationary AR(1) drift, got {rho!r}")
     if not periods or not all(isinstance(p, (int, float)) and p > 0 for p in periods):
         raise ValueError(f"periods must be a non-empty tuple of positive numbers, got {periods!r}")
     rng = np.random.default_rng(seed)
@@ -416,6 +418,10 @@ def chronological_windows(Y: np.ndarray,  # series (T, N)
     if Y.ndim != 2: raise ValueError(f"Y (series) must be a (T, N) array, got shape {Y.shape}")
     if not np.isfinite(Y).all(): raise ValueError("Y (series) must be finite: it holds nan or inf")
     _check_horizon(L, H)
+    stride_eval = _check_pos_int(stride_eval, "stride_eval")
+    if not (isinstance(fractions, (tuple, list)) and len(fractions) == 2
+            and all(isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 for f in fractions) and sum(fractions) < 1):
+        raise ValueError(f"fractions must be two shares > 0 (train, validation) summing to less than 1, got {fractions!r}")
     T = len(Y)
     b1, b2 = int(T * fractions[0]), int(T * (fractions[0] + fractions[1]))
     if b1 < L + H or b2 - b1 < H or T - b2 < H:
@@ -453,19 +459,24 @@ def predict(model: Forecaster, X: torch.Tensor, tau: torch.Tensor, batch: int = 
     model.eval()
     return torch.cat([model(X[i:i + batch], tau[i:i + batch]) for i in range(0, len(X), batch)])
 
+def _split_horizon(horizon, Y) -> int:
+    "The number of leading target steps scored: all of Y's by default, else 1 <= horizon <= Y's."
+    h = Y.shape[-1] if horizon is None else _check_pos_int(horizon, "horizon")
+    if h > Y.shape[-1]: raise ValueError(f"horizon must be <= the split's {Y.shape[-1]} target steps, got {h}")
+    return h
+
 def evaluate(model: Forecaster, split: tuple, horizon: int | None = None) -> dict:
     "MSE and MAE over a split's windows (standardised units), on the first `horizon` steps (default: all)."
     X, Y, tau = split
+    h = _split_horizon(horizon, Y)
     P = predict(model, X, tau)
-    h = horizon or Y.shape[-1]
     return {"mse": float(((P - Y)[..., :h] ** 2).mean()), "mae": float((P - Y)[..., :h].abs().mean())}
 
 def naive_errors(split: tuple, period: int = 24, horizon: int | None = None) -> dict:
     "MSE of the last-value and the seasonal-naive (repeat the last `period` steps) forecasts on a split."
     X, Y, _ = split
     period = _check_pos_int(period, "period")
-    h = Y.shape[-1] if horizon is None else _check_pos_int(horizon, "horizon")
-    if h > Y.shape[-1]: raise ValueError(f"horizon must be <= the split's {Y.shape[-1]} target steps, got {h}")
+    h = _split_horizon(horizon, Y)
     last = X[..., -1:].expand(-1, -1, h)
     seas = X[..., -period:].repeat(1, 1, -(-h // period))[..., :h]
     return {"last_value": float(((last - Y[..., :h]) ** 2).mean()), "seasonal_naive": float(((seas - Y[..., :h]) ** 2).mean())}
