@@ -192,9 +192,11 @@ ARMS = {"LISA-style": (False, False), "MasP": (False, True), "SSC": (True, False
 
 def sam_config(size: int = 32, patch: int = 4, dim: int = 32) -> SamConfig:
     "A small SamConfig trained from scratch: one ViT layer, prompt encoder and two-layer mask decoder of width dim."
+    # initializer_range: transformers' SamVisionConfig defaults to 1e-10 (harmless when a checkpoint is loaded),
+    # which from scratch gives an image encoder whose weights, and so its output, are zero; the rest of SAM uses 0.02
     return SamConfig(vision_config=dict(hidden_size=dim, num_hidden_layers=1, num_attention_heads=2, image_size=size,
                                         patch_size=patch, output_channels=dim, mlp_dim=2 * dim, global_attn_indexes=[0],
-                                        window_size=0, num_pos_feats=dim // 2),
+                                        window_size=0, num_pos_feats=dim // 2, initializer_range=0.02),
                      prompt_encoder_config=dict(hidden_size=dim, image_size=size, patch_size=patch, mask_input_channels=8),
                      mask_decoder_config=dict(hidden_size=dim, num_hidden_layers=2, num_attention_heads=2, mlp_dim=2 * dim,
                                               iou_head_hidden_dim=dim))
@@ -215,6 +217,11 @@ class UGroundLite(nn.Module):
         self.ppm = PolicyPromptedMasking(n_layer + 1, dim, mode=3 if self.ssc else 1)
         self.text_hidden_fcs = nn.Sequential(nn.Linear(dim, dim), nn.ReLU(), nn.Linear(dim, sam_dim))
         self.sam = SamModel(sam_config(size, sam_patch, sam_dim))
+        # SAM's random Fourier positional encoding draws its (2, C/2) frequency matrix from N(0, 1) and keeps it fixed;
+        # transformers, from scratch, draws it with std hidden_size // 2 (16 here), which aliases on the 8 x 8 grid
+        pe = self.sam.shared_image_embedding.positional_embedding
+        with torch.no_grad(): pe.normal_(0.0, 1.0)
+        pe.requires_grad_(False)
 
     def forward(self, image: torch.Tensor,  # (B, 3, H, W)
                 query: torch.Tensor,  # (B, 3) token ids, not all <pad>
@@ -290,7 +297,7 @@ def mask_metrics(pred: torch.Tensor,  # (N, H, W) bool predicted masks
 
 @torch.no_grad()
 def evaluate(model: UGroundLite, data: dict, legacy: bool = True, batch: int = 250) -> dict:
-    "Metrics of the decoder masks (overall and per query kind), IoU of the raw similarity map at 0.5, mean policy."
+    "Metrics of the decoder masks (overall, per query kind, share of empty masks), IoU of the raw similarity map at 0.5, mean policy."
     model.eval()
     model.ppm.eval_legacy = legacy
     outs = [model(data["image"][i:i + batch], data["query"][i:i + batch]) for i in range(0, len(data["kind"]), batch)]
@@ -298,6 +305,7 @@ def evaluate(model: UGroundLite, data: dict, legacy: bool = True, batch: int = 2
     pred, sim = torch.cat([o["logits"] for o in outs]) > 0, torch.cat([o["sim"] for o in outs]) > 0.5
     gt, kind = data["mask"] > 0.5, data["kind"]
     res = mask_metrics(pred, gt)
+    res["empty"] = float((~pred.flatten(1).any(1)).float().mean())  # share of queries answered with an empty mask
     res["kind"] = {k: mask_metrics(pred[kind == i], gt[kind == i]) for i, k in enumerate(KINDS) if (kind == i).any()}
     pos = gt.flatten(1).any(1)
     res["sim_cIoU"] = mask_metrics(sim[pos], gt[pos])["cIoU"]
