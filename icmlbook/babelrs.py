@@ -3,11 +3,15 @@
 # %% ../nbs/11_babelrs.ipynb #ab01a39d
 from __future__ import annotations
 
+import contextlib
+import io
 from collections.abc import Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from pycocotools.coco import COCO
+from pycocotools.cocoeval import COCOeval
 from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, ViTConfig, ViTModel
 
@@ -18,8 +22,8 @@ __all__ = ['MODALITIES', 'CLASSES', 'IMG', 'PATCH', 'NBIN', 'VOCAB', 'TOKEN', 'G
            'render_scene', 'make_rs_scene', 'make_rs_dataset', 'make_instruction_pairs', 'encode_pairs', 'csia_loss',
            'lvsa_alpha', 'lvsa_fuse', 'make_vit', 'grid_features', 'BabelRSPretrainer', 'make_lm', 'pretrain_csia',
            'patchify', 'MaskedImagePretrainer', 'pretrain_mim', 'MultiHeadCenterNet', 'centernet_targets',
-           'centernet_loss', 'decode_detections', 'box_iou', 'average_precision', 'detection_map', 'h_map',
-           'finetune_detector', 'evaluate_detector', 'count_grad_spikes', 'object_features', 'cross_modal_retrieval']
+           'centernet_loss', 'decode_detections', 'class_aps', 'detection_map', 'h_map', 'finetune_detector',
+           'evaluate_detector', 'count_grad_spikes', 'object_features', 'cross_modal_retrieval']
 
 # %% ../nbs/11_babelrs.ipynb #314bae4c
 MODALITIES = ("rgb", "sar", "ir")
@@ -57,7 +61,7 @@ def make_scene_meta(seed: int) -> dict:
             if all(box[0] >= b[2] + 1 or b[0] >= box[2] + 1 or box[1] >= b[3] + 1 or b[1] >= box[3] + 1 for _, b in objs):
                 objs.append((c, box)); break
     return {"labels": np.array([c for c, _ in objs], dtype=np.int64),
-            "boxes": np.array([b for _, b in objs], dtype=np.float32).reshape(-1, 4)}
+            "boxes": np.array([b for _, b in objs], dtype=np.float32)}
 
 def gamma_speckle(shape: tuple, looks: float, rng: np.random.Generator) -> np.ndarray:
     "Multiplicative SAR speckle: Gamma(L, 1/L), mean 1 and variance 1/L (L = number of looks)."
@@ -177,6 +181,13 @@ def make_vit(d: int = 32, depth: int = 4, heads: int = 2) -> ViTModel:
 
 GRID = IMG // PATCH  # tokens per side
 
+def _init_like_vit(module: nn.Module, vit: ViTModel) -> nn.Module:
+    "Initialise the Linear layers of `module` as transformers initialises the ViT's own: truncated normal, std = initializer_range, zero bias."
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=vit.config.initializer_range); nn.init.zeros_(m.bias)
+    return module
+
 def grid_features(vit: ViTModel, x: torch.Tensor, layers: tuple[int, ...], alpha: float) -> torch.Tensor:
     "LVSA-fused patch tokens of images x (B, 3, IMG, IMG), CLS dropped: (B, GRID*GRID, d)."
     hs = vit(pixel_values=x, output_hidden_states=True).hidden_states
@@ -188,7 +199,7 @@ class BabelRSPretrainer(nn.Module):
         super().__init__()
         d, e = vit.config.hidden_size, lm.config.n_embd
         self.vit, self.lm, self.layers = vit, lm, tuple(layers)
-        self.projector = nn.Sequential(nn.LayerNorm(4 * d), nn.Linear(4 * d, e), nn.GELU(), nn.Linear(e, e))
+        self.projector = _init_like_vit(nn.Sequential(nn.LayerNorm(4 * d), nn.Linear(4 * d, e), nn.GELU(), nn.Linear(e, e)), vit)
         self.n_visual = (GRID // 2) ** 2
 
     def visual_tokens(self, x: torch.Tensor, alpha: float) -> torch.Tensor:
@@ -220,12 +231,13 @@ def pretrain_csia(model: BabelRSPretrainer, data: list[dict], steps: int, alpha_
     visual features at step t are fused with alpha_at(t) (LVSA, Eq. (2)-(3)). AdamW, cosine decay. Returns the losses."""
     x = torch.cat([d["x"] for d in data])
     pairs = [make_instruction_pairs(m) for d in data for m in d["meta"]]
+    n_kinds, = {len(p) for p in pairs}                                              # every scene: the same instruction kinds
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, foreach=True)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     losses = []
     for t, idx in enumerate(progress(_batches(len(x), batch, steps, gen), desc="CSIA", total=steps, leave=False)):
-        pick = torch.randint(len(pairs[0]), (batch,), generator=gen)
+        pick = torch.randint(n_kinds, (batch,), generator=gen)                        # one instruction per scene
         ids, labels = encode_pairs([pairs[i][j] for i, j in zip(idx.tolist(), pick.tolist())], model.n_visual, length)
         loss = model(x[idx], ids, labels, alpha_at(t))
         opt.zero_grad(); loss.backward(); opt.step(); sched.step()
@@ -237,11 +249,12 @@ def patchify(x: torch.Tensor) -> torch.Tensor:
     return F.unfold(x, PATCH, stride=PATCH).transpose(1, 2)
 
 class MaskedImagePretrainer(nn.Module):
-    "MAE-style baseline: mask patches (ViT mask token), predict their pixels from the final layer with a linear decoder."
+    """MAE-style baseline: mask patches (ViT mask token), predict their pixels from the final layer with a linear
+    decoder (initialised like the ViT's own layers, as the CSIA projector is)."""
     def __init__(self, vit: ViTModel, ratio: float = 0.6):
         super().__init__()
         self.vit, self.ratio = vit, ratio
-        self.decoder = nn.Linear(vit.config.hidden_size, 3 * PATCH * PATCH)
+        self.decoder = _init_like_vit(nn.Linear(vit.config.hidden_size, 3 * PATCH * PATCH), vit)
 
     def forward(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
         "Mean squared pixel error on the masked patches of x (B, 3, IMG, IMG)."
@@ -254,7 +267,7 @@ def pretrain_mim(model: MaskedImagePretrainer, data: list[dict], steps: int, lr:
     "Masked-image pretraining on the same pooled images as CSIA, same optimiser and schedule. Returns the losses."
     x = torch.cat([d["x"] for d in data])
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, foreach=True)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     losses = []
     for idx in progress(_batches(len(x), batch, steps, gen), desc="MIM", total=steps, leave=False):
@@ -266,32 +279,51 @@ def pretrain_mim(model: MaskedImagePretrainer, data: list[dict], steps: int, lr:
 # %% ../nbs/11_babelrs.ipynb #a8bc6383
 class MultiHeadCenterNet(nn.Module):
     """Shared ViT backbone (multi-level tokens: mean of `layers`) and one CenterNet head per modality; each token
-    (one cell of the GRID x GRID map) predicts C class heatmap logits, a centre offset (2) and a log box size (2)."""
-    def __init__(self, vit: ViTModel, layers: tuple[int, ...], n_classes: int = len(CLASSES)):
+    (one cell of the GRID x GRID map) predicts C class heatmap logits, a centre offset (2) and a log box size (2).
+    The heatmap logits start at the prior log(pi / (1 - pi)), pi = `prior`, as in CenterNet."""
+    def __init__(self, vit: ViTModel, layers: tuple[int, ...], n_classes: int = len(CLASSES), prior: float = 0.1):
         super().__init__()
+        if not 0 < prior < 1: raise ValueError(f"prior must lie in (0, 1), got {prior!r}")
         d = vit.config.hidden_size
         self.vit, self.layers, self.n_classes = vit, tuple(layers), n_classes
         self.heads = nn.ModuleDict({m: nn.Sequential(nn.LayerNorm(d), nn.Linear(d, d), nn.GELU(), nn.Linear(d, n_classes + 4))
                                     for m in MODALITIES})
+        with torch.no_grad():
+            for h in self.heads.values():
+                h[-1].bias[:n_classes] = float(np.log(prior / (1 - prior)))   # CenterNet's heatmap bias: -2.19 for pi = 0.1
 
-    def forward(self, x: torch.Tensor, modality: str) -> torch.Tensor:
-        "Raw head outputs (B, GRID*GRID, C + 4) for images x (B, 3, IMG, IMG) of one modality."
-        return self.heads[_check_modality(modality)](grid_features(self.vit, x, self.layers, 1.0))
+    def forward(self, x: torch.Tensor, modality: str | list[str]) -> torch.Tensor:
+        """Raw head outputs (B, GRID*GRID, C + 4) for images x (B, 3, IMG, IMG): one backbone pass, then each image
+        through the head of its modality (one name for the whole batch, or one name per image)."""
+        mods = [modality] * len(x) if isinstance(modality, str) else list(modality)
+        if len(mods) != len(x): raise ValueError(f"modality must be one name or one per image ({len(x)}), got {len(mods)}")
+        which = torch.tensor([MODALITIES.index(_check_modality(m)) for m in mods])     # (B,) each image's modality
+        f = grid_features(self.vit, x, self.layers, 1.0)                             # (B, N, d)
+        out = f.new_zeros(len(x), f.shape[1], self.n_classes + 4)
+        for k, m in enumerate(MODALITIES):
+            rows = (which == k).nonzero().flatten()                                  # the images of modality m (maybe none)
+            out = out.index_add(0, rows, self.heads[m](f[rows]))                     # (B, N, C + 4)
+        return out
 
 def centernet_targets(metas: list[dict], n_classes: int = len(CLASSES), sigma: float = 0.8) -> dict:
     "CenterNet targets on the GRID x GRID map: Gaussian heatmaps (B, N, C), offsets and log sizes (B, N, 2), centre mask (B, N)."
     B, N = len(metas), GRID * GRID
-    heat, off, size, ctr = torch.zeros(B, N, n_classes), torch.zeros(B, N, 2), torch.zeros(B, N, 2), torch.zeros(B, N, dtype=torch.bool)
-    gy, gx = torch.meshgrid(torch.arange(GRID), torch.arange(GRID), indexing="ij")
-    for b, m in enumerate(metas):
-        for c, (x1, y1, x2, y2) in zip(m["labels"], torch.as_tensor(m["boxes"])):
-            cx, cy = (x1 + x2) / 2 / PATCH, (y1 + y2) / 2 / PATCH                     # centre in cell units
-            ix, iy = int(cx.clamp(max=GRID - 1e-3)), int(cy.clamp(max=GRID - 1e-3))
-            g = torch.exp(-((gx - ix) ** 2 + (gy - iy) ** 2) / (2 * sigma ** 2)).flatten()
-            heat[b, :, c] = torch.maximum(heat[b, :, c], g)
-            k = iy * GRID + ix
-            off[b, k] = torch.stack([cx - ix, cy - iy]); size[b, k] = torch.log(torch.stack([x2 - x1, y2 - y1]) / PATCH); ctr[b, k] = True
-    return {"heat": heat, "off": off, "size": size, "ctr": ctr}
+    heat, off, size, ctr = np.zeros((B, n_classes, N)), np.zeros((B, N, 2)), np.zeros((B, N, 2)), np.zeros((B, N), dtype=bool)
+    if not metas: raise ValueError("metas must hold at least one scene")
+    img = np.concatenate([np.full(len(m["labels"]), b) for b, m in enumerate(metas)]).astype(int)   # each object's image
+    cls = np.concatenate([np.asarray(m["labels"]) for m in metas]).astype(int)
+    box = np.concatenate([np.asarray(m["boxes"], dtype=np.float64) for m in metas])  # (n_obj, 4)
+    cx, cy = (box[:, 0] + box[:, 2]) / 2 / PATCH, (box[:, 1] + box[:, 3]) / 2 / PATCH     # centres in cell units
+    ix, iy = cx.astype(int), cy.astype(int)                                           # centre cells (cx < GRID inside the image)
+    gy, gx = np.divmod(np.arange(N), GRID)                                            # row and column of each cell
+    g = np.exp(-((gx - ix[:, None]) ** 2 + (gy - iy[:, None]) ** 2) / (2 * sigma ** 2))   # (n_obj, N) Gaussian splats
+    np.maximum.at(heat, (img, cls), g)                                                # overlapping splats: the max
+    k = np.ravel_multi_index((iy, ix), (GRID, GRID))                                   # each object's centre cell
+    off[img, k] = np.stack([cx - ix, cy - iy], 1)
+    size[img, k] = np.log(np.stack([box[:, 2] - box[:, 0], box[:, 3] - box[:, 1]], 1) / PATCH)
+    ctr[img, k] = True
+    f = lambda a: torch.from_numpy(a).float()
+    return {"heat": f(heat.transpose(0, 2, 1)).contiguous(), "off": f(off), "size": f(size), "ctr": torch.from_numpy(ctr)}
 
 def centernet_loss(out: torch.Tensor, tg: dict) -> torch.Tensor:
     "CenterNet loss: penalty-reduced focal loss on the heatmap (alpha=2, beta=4) + L1 on offset and log size at centres."
@@ -320,40 +352,45 @@ def decode_detections(out: torch.Tensor, k: int = 10) -> list[dict]:
     return res
 
 # %% ../nbs/11_babelrs.ipynb #a254b49e
-def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    "IoU of boxes a (n, 4) and b (m, 4) in [x1, y1, x2, y2]: (n, m)."
-    lt, rb = np.maximum(a[:, None, :2], b[None, :, :2]), np.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = np.clip(rb - lt, 0, None).prod(-1)
-    area = lambda x: (x[:, 2] - x[:, 0]) * (x[:, 3] - x[:, 1])
-    return inter / (area(a)[:, None] + area(b)[None] - inter)
+def _coco_gt(gts: list[dict], n_classes: int) -> COCO:
+    "Ground truth in COCO's format: boxes [x1, y1, x2, y2] -> [x, y, w, h], one image id per entry, category ids 0..C-1."
+    anns = []
+    for i, g in enumerate(gts):
+        for (x1, y1, x2, y2), c in zip(np.asarray(g["boxes"], dtype=np.float64).reshape(-1, 4), np.asarray(g["labels"])):
+            anns.append({"id": len(anns) + 1, "image_id": i, "category_id": int(c), "bbox": [x1, y1, x2 - x1, y2 - y1],
+                         "area": float((x2 - x1) * (y2 - y1)), "iscrowd": 0})
+    coco = COCO()
+    coco.dataset = {"images": [{"id": i} for i in range(len(gts))], "annotations": anns,
+                    "categories": [{"id": c} for c in range(n_classes)]}
+    with contextlib.redirect_stdout(io.StringIO()): coco.createIndex()
+    return coco
 
-def average_precision(preds: list[dict], gts: list[dict], cls: int, iou: float = 0.5) -> float:
-    """AP of one class: detections of all images sorted by score, each greedily matched to the unmatched ground
-    truth of highest IoU >= iou in its image (COCO's matching); AP = sum_k (R_k - R_{k-1}) P_k (no interpolation)."""
-    dets = [(float(s), i, np.asarray(p["boxes"], dtype=np.float64)[j]) for i, p in enumerate(preds)
-            for j, s in enumerate(np.asarray(p["scores"])) if int(np.asarray(p["labels"])[j]) == cls]
-    gt = [np.asarray(g["boxes"], dtype=np.float64)[np.asarray(g["labels"]) == cls] for g in gts]
-    n_gt = sum(len(g) for g in gt)
-    if n_gt == 0: return float("nan")
-    used = [np.zeros(len(g), dtype=bool) for g in gt]
-    tp = []
-    for _, i, box in sorted(dets, key=lambda d: -d[0]):
-        ious = box_iou(box[None], gt[i])[0] if len(gt[i]) else np.zeros(0)
-        ious[used[i]] = -1
-        hit = len(ious) > 0 and ious.max() >= iou
-        if hit: used[i][ious.argmax()] = True
-        tp.append(hit)
-    tp = np.asarray(tp, dtype=float)
-    precision = np.cumsum(tp) / np.arange(1, len(tp) + 1)
-    return float((tp * precision).sum() / n_gt)
-
-def detection_map(preds: list[dict],  # per image: 'boxes' (k, 4), 'scores' (k,), 'labels' (k,)
-                  gts: list[dict],  # per image: 'boxes' (n, 4), 'labels' (n,)
-                  iou: float = 0.5, n_classes: int = len(CLASSES)) -> float:
-    "mAP@iou: the mean of the per-class APs over the classes present in the ground truth."
+def class_aps(preds: list[dict],  # per image: 'boxes' (k, 4), 'scores' (k,), 'labels' (k,)
+              gts: list[dict],  # per image: 'boxes' (n, 4), 'labels' (n,)
+              iou: float = 0.5, n_classes: int = len(CLASSES), max_dets: int = 100) -> np.ndarray:
+    """AP@iou of every class by pycocotools' COCOeval (greedy matching by score, 101-point interpolated precision),
+    one IoU threshold, all box areas, at most `max_dets` detections per image and class; nan for a class without ground truth."""
     if len(preds) != len(gts): raise ValueError(f"preds and gts must have one entry per image, got {len(preds)} and {len(gts)}")
     if not 0 < iou <= 1: raise ValueError(f"iou must lie in (0, 1], got {iou!r}")
-    return float(np.nanmean([average_precision(preds, gts, c, iou) for c in range(n_classes)]))
+    if not len(gts): raise ValueError("gts must hold at least one image")
+    has_gt = np.isin(np.arange(n_classes), np.concatenate([np.asarray(g["labels"]) for g in gts]))
+    dets = [{"image_id": i, "category_id": int(c), "bbox": [x1, y1, x2 - x1, y2 - y1], "score": float(s)}
+            for i, p in enumerate(preds)
+            for (x1, y1, x2, y2), s, c in zip(np.asarray(p["boxes"], dtype=np.float64).reshape(-1, 4).tolist(),
+                                              np.asarray(p["scores"]), np.asarray(p["labels"]))]
+    if not dets: return np.where(has_gt, 0.0, np.nan)                     # nothing detected: AP 0 wherever there is an object
+    gt = _coco_gt(gts, n_classes)
+    with contextlib.redirect_stdout(io.StringIO()):                       # COCOeval prints its progress
+        ev = COCOeval(gt, gt.loadRes(dets), "bbox")
+        ev.params.iouThrs, ev.params.maxDets = np.array([iou]), [max_dets]
+        ev.params.areaRng, ev.params.areaRngLbl = [[0, 1e10]], ["all"]
+        ev.evaluate(); ev.accumulate()
+    prec = ev.eval["precision"][0, :, :, 0, 0]                            # (101 recall points, C); -1 where undefined
+    return np.array([prec[:, c].mean() if has_gt[c] else np.nan for c in range(n_classes)])
+
+def detection_map(preds: list[dict], gts: list[dict], iou: float = 0.5, n_classes: int = len(CLASSES)) -> float:
+    "mAP@iou (COCOeval): the mean of the per-class APs over the classes present in the ground truth."
+    return float(np.nanmean(class_aps(preds, gts, iou, n_classes)))
 
 def h_map(per_modality: dict[str, float]) -> float:
     "H-mAP = |M| / sum_m 1 / mAP_m, Eq. (4): the harmonic mean of the per-modality mAPs (0 if any is 0)."
@@ -365,28 +402,34 @@ def h_map(per_modality: dict[str, float]) -> float:
 # %% ../nbs/11_babelrs.ipynb #fdc62d04
 def finetune_detector(model: MultiHeadCenterNet, data: dict[str, dict], steps: int, lr: float, batch: int = 16,
                       seed: int = 0) -> list[float]:
-    """Joint detection fine-tuning: each step draws one modality at random (1:1:1), a batch of its scenes, and
-    takes an AdamW step on that modality's CenterNet loss (no alignment term). Returns the gradient norm of every step."""
-    targets = {m: centernet_targets(d["meta"]) for m, d in data.items()}
+    """Joint detection fine-tuning: every step draws `batch` scenes, each from a modality drawn at random (1:1:1),
+    runs them through the shared backbone together and each through its modality's head, and takes an AdamW step
+    on the batch's CenterNet loss (no alignment term). Returns the gradient norm of every step."""
     mods = list(data)
+    x = torch.cat([data[m]["x"] for m in mods])                                      # every modality's scenes, stacked
+    tg = [centernet_targets(data[m]["meta"]) for m in mods]
+    tg = {k: torch.cat([t[k] for t in tg]) for k in ("heat", "off", "size", "ctr")}
+    names = [m for m in mods for _ in range(len(data[m]["x"]))]                      # the modality of each row of x
+    sizes = torch.tensor([len(data[m]["x"]) for m in mods])
+    start = torch.tensor([names.index(m) for m in mods])                              # each modality's first row
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05, foreach=True)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     norms = []
     for _ in progress(range(steps), desc="fine-tune", leave=False):
-        m = mods[int(torch.randint(len(mods), (1,), generator=gen))]
-        idx = torch.randint(len(data[m]["x"]), (batch,), generator=gen)
-        loss = centernet_loss(model(data[m]["x"][idx], m), {k: v[idx] for k, v in targets[m].items()})
+        which = torch.randint(len(mods), (batch,), generator=gen)                    # each scene's modality, 1:1:1
+        rows = start[which] + (torch.rand(batch, generator=gen) * sizes[which]).long()   # a scene of that modality
+        loss = centernet_loss(model(x[rows], [names[r] for r in rows.tolist()]), {k: v[rows] for k, v in tg.items()})
         opt.zero_grad(); loss.backward()
         norms.append(float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])))
         opt.step(); sched.step()
     return norms
 
-@torch.no_grad()
 def evaluate_detector(model: MultiHeadCenterNet, data: dict[str, dict]) -> dict[str, float]:
     "Per-modality mAP@0.5 and their H-mAP ('h_map')."
     model.eval()
-    maps = {m: detection_map(decode_detections(model(d["x"], m)), d["meta"]) for m, d in data.items()}
+    with torch.no_grad():
+        maps = {m: detection_map(decode_detections(model(d["x"], m)), d["meta"]) for m, d in data.items()}
     model.train()
     return {**maps, "h_map": h_map(maps)}
 
