@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
+import math
+import multiprocessing
 import re
 
 import numpy as np
@@ -19,8 +21,8 @@ __all__ = ['FINDINGS', 'LOCATIONS', 'SEVERITIES', 'NORMAL', 'K', 'IMG', 'PATCH',
            'make_cxr_like_dataset', 'tokenize', 'TextEncoder', 'ImageEncoder', 'info_nce', 'clip_infonce',
            'EvidenceSpace', 'pool_evidence', 'evidence_similarity', 'knn_graph', 'label_propagation', 'jaccard',
            'propagate_pseudo_pairs', 'CLIPBaseline', 'LGDEA', 'lgdea_pseudo_pairs', 'nearest_neighbour_pairs',
-           'train_model', 'zero_shot_prompts', 'zero_shot_scores', 'zero_shot_auc', 'retrieval_recall', 'pointing_game',
-           'evidence_key', 'evaluate']
+           'warmup_cosine', 'train_model', 'run_tasks', 'zero_shot_prompts', 'zero_shot_scores', 'zero_shot_auc',
+           'retrieval_recall', 'pointing_game', 'evidence_key', 'evaluate']
 
 # %% ../nbs/10_lgdea.ipynb #e9cee4b9
 FINDINGS = ("opacity", "nodule", "effusion", "pneumothorax", "consolidation", "atelectasis")
@@ -240,12 +242,12 @@ def clip_infonce(img: torch.Tensor,  # (B, d) image embeddings
     "The global CLIP loss, Eq. (1): symmetric InfoNCE on cosine similarities / tau."
     if img.shape != txt.shape:
         raise ValueError(f"img and txt must have the same shape, got {tuple(img.shape)} and {tuple(txt.shape)}")
-    return info_nce(F.normalize(img, dim=-1) @ F.normalize(txt, dim=-1).T / tau)
+    return info_nce(F.normalize(img, dim=1) @ F.normalize(txt, dim=1).T / tau)
 
 # %% ../nbs/10_lgdea.ipynb #6181c4e1
 class EvidenceSpace(nn.Module):
     """The shared diagnostic evidence space: K learnable prototypes P (K, d); prototype cross-attention pools image tokens into
-    one visual evidence vector per prototype, Eq. (4), and a presence head reads each, Eq. (5)."""
+    one visual evidence vector per prototype, Eq. (4), and a presence head reads each after a layer norm, Eq. (5)."""
     def __init__(self, K: int = K, d: int = 32):
         super().__init__()
         self.prototypes = nn.Parameter(torch.randn(K, d) / d ** 0.5)
@@ -258,7 +260,7 @@ class EvidenceSpace(nn.Module):
         d = V.shape[-1]
         alpha = torch.einsum("kd,bnd->bkn", self.q(self.prototypes), self.k(V)).div(d ** 0.5).softmax(-1)
         v = alpha @ self.v(V)
-        return alpha, v, (v * self.w).sum(-1) + self.b
+        return alpha, v, (F.layer_norm(v, (d,)) * self.w).sum(-1) + self.b   # the norm gives the logits an O(1) scale
 
 def pool_evidence(evidence: list[list[Evidence]],  # one list of items per report
                   emb: dict[str, torch.Tensor],  # sentence -> its text-encoder embedding t, (d,)
@@ -282,7 +284,7 @@ def evidence_similarity(v: torch.Tensor,  # (B, K, d) visual evidence of B image
     "S(I, R) = |K_R|^-1 sum_{k in K_R} cos(v_k(I), u_k(R)), Eq. (7); (B, R)."
     cos = torch.einsum("bkd,rkd->brk", F.normalize(v, dim=-1), F.normalize(u, dim=-1))
     m = mask.float()
-    return (cos * m).sum(-1) / m.sum(-1).clamp(min=1)
+    return (cos * m).sum(-1) / m.sum(1).clamp(min=1)
 
 # %% ../nbs/10_lgdea.ipynb #163bb19a
 def knn_graph(sim: torch.Tensor,  # (n, n) symmetric similarities
@@ -340,7 +342,7 @@ def propagate_pseudo_pairs(pi_img: torch.Tensor,  # (n_i, K) predicted presence 
     score[:, seeds[paired]] = -torch.inf  # a report that has its true image is never re-used
     top, best = score.max(1)
     rel = top / row_max.clamp(min=1e-12)
-    agree = jaccard(pi_img > 0.5, b_rep[best] > 0.5).diagonal()
+    agree = jaccard(pi_img > 0.5, b_rep[best]).diagonal()
     ok = ~paired & (rel >= theta) & (agree >= jaccard_min)
     pairs = torch.where(paired, seeds, torch.where(ok, best, -1))
     weight = torch.where(paired, 1.0, torch.where(ok, rel, 0.0))   # rel <= 1: row_max includes best
@@ -355,7 +357,7 @@ class CLIPBaseline(nn.Module):
 
     def similarity(self, x: torch.Tensor, reports: list[str]) -> torch.Tensor:
         "Cosine of global embeddings, images (B, 1, 32, 32) x reports (R,) -> (B, R)."
-        return F.normalize(self.proj(self.image(x)).mean(1), dim=-1) @ F.normalize(self.text(reports), dim=-1).T
+        return F.normalize(self.proj(self.image(x)).mean(1), dim=1) @ F.normalize(self.text(reports), dim=1).T
 
     def loss(self, x: torch.Tensor, reports: list[str], weight: torch.Tensor | None = None) -> torch.Tensor:
         return info_nce(self.similarity(x, reports) / self.tau, weight)
@@ -363,7 +365,7 @@ class CLIPBaseline(nn.Module):
     def grounding_maps(self, x: torch.Tensor, evidence: list[Evidence]) -> torch.Tensor:
         "Phrase grounding: cosine of each projected patch token with its phrase's embedding; (B, N)."
         tokens = F.normalize(self.proj(self.image(x)), dim=-1)                     # (B, N, d)
-        return torch.einsum("bnd,bd->bn", tokens, F.normalize(self.text([e.sentence for e in evidence]), dim=-1))
+        return torch.einsum("bnd,bd->bn", tokens, F.normalize(self.text([e.sentence for e in evidence]), dim=1))
 
 class LGDEA(nn.Module):
     """Diagnostic-evidence alignment: evidence-level InfoNCE on S(I, R), Eq. (7), + presence BCE, + commitment of text
@@ -402,14 +404,14 @@ class LGDEA(nn.Module):
         w = torch.ones(len(x)) if weight is None else weight
         b = torch.from_numpy(np.stack([evidence_profile(e) for e in evidence]))
         presence = (F.binary_cross_entropy_with_logits(logit, b, reduction="none").mean(1) * w).sum() / w.sum()
-        glob = F.normalize(self.proj(V.mean(1)), dim=-1) @ F.normalize(torch.stack([emb[r] for r in reports]), dim=-1).T
+        glob = F.normalize(self.proj(V.mean(1)), dim=1) @ F.normalize(torch.stack([emb[r] for r in reports]), dim=1).T
         return (info_nce(evidence_similarity(v, u[:len(x)], mask[:len(x)]) / self.tau, w) + self.presence * presence
                 + self.commit * self._vq(t, k) + self.global_weight * info_nce(glob / self.tau, w))
 
     def _vq(self, t: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         "Commitment + codebook loss ||t - sg(P_k)||^2 + ||sg(t) - P_k||^2 on unit vectors."
-        t, P = F.normalize(t, dim=-1), F.normalize(self.space.prototypes[k], dim=-1)
-        return ((t - P.detach()) ** 2).sum(-1).mean() + ((t.detach() - P) ** 2).sum(-1).mean()
+        t, P = F.normalize(t, dim=1), F.normalize(self.space.prototypes[k], dim=1)
+        return ((t - P.detach()) ** 2).sum(1).mean() + ((t.detach() - P) ** 2).sum(1).mean()
 
     def grounding_maps(self, x: torch.Tensor, evidence: list[Evidence]) -> torch.Tensor:
         "Grounding: the attention of the item's prototype over the patches, alpha_k, Eq. (4); (B, N)."
@@ -419,7 +421,7 @@ class LGDEA(nn.Module):
 # %% ../nbs/10_lgdea.ipynb #88b6ef94
 def _study_ids(data: dict) -> tuple[np.ndarray, np.ndarray]:
     "Studies whose image (role paired or image-only) and whose report (paired or report-only) training may use."
-    return np.where(data["role"] != 2)[0], np.where(data["role"] != 1)[0]
+    return np.flatnonzero(data["role"] != 2), np.flatnonzero(data["role"] != 1)
 
 @torch.no_grad()
 def lgdea_pseudo_pairs(model: LGDEA, data: dict) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
@@ -438,9 +440,19 @@ def lgdea_pseudo_pairs(model: LGDEA, data: dict) -> tuple[np.ndarray, np.ndarray
 @torch.no_grad()
 def nearest_neighbour_pairs(model: CLIPBaseline, data: dict) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
     "Naive pseudo-pairs: every image-only study's image takes its nearest report-only report under the model's similarity."
-    img_ids, rep_ids = np.where(data["role"] == 1)[0], np.where(data["role"] == 2)[0]
+    img_ids, rep_ids = np.flatnonzero(data["role"] == 1), np.flatnonzero(data["role"] == 2)
     best = model.similarity(data["images"][img_ids], [data["reports"][i] for i in rep_ids]).argmax(1).numpy()
     return img_ids, rep_ids[best], torch.ones(len(img_ids))
+
+def warmup_cosine(step: int,  # the optimiser step, 0-based
+                  steps: int,  # the run's number of steps
+                  warmup: float = 0.1,  # fraction of the steps spent warming up
+                  ) -> float:
+    "Learning-rate factor at `step`: linear warm-up from 1/w to 1 over the first w = max(1, round(warmup * steps)) steps, then cosine decay to 0."
+    w = max(1, round(warmup * steps))
+    if step < w:
+        return (step + 1) / w
+    return 0.5 * (1 + math.cos(math.pi * (step - w) / max(1, steps - w)))
 
 def train_model(model: nn.Module,  # a CLIPBaseline or an LGDEA
                 data: dict,  # from make_cxr_like_dataset
@@ -449,27 +461,54 @@ def train_model(model: nn.Module,  # a CLIPBaseline or an LGDEA
                 refresh: int = 40,  # steps between pseudo-pair refreshes (the first after steps // 3 steps of warm-up)
                 unpaired_reports: bool = False,  # LGDEA: report-only reports enter the commitment loss
                 ) -> nn.Module:
-    "AdamW on the paired loss, plus the pseudo-pair loss (weighted by confidence) and the unpaired-report loss when asked."
+    """AdamW (peak learning rate `lr`, warm-up then cosine decay, `warmup_cosine`) on the paired loss, plus the pseudo-pair
+    loss (weighted by confidence) and the unpaired-report loss when asked."""
     gen = np.random.default_rng(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
-    paired, report_only = np.where(data["role"] == 0)[0], np.where(data["role"] == 2)[0]
-    pseudo = None
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4, foreach=True)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, steps))
+    paired, report_only = np.flatnonzero(data["role"] == 0), np.flatnonzero(data["role"] == 2)
+    p_img = p_rep = p_w = ()   # the current pseudo-pairs: none before the first refresh
     model.train()
     for step in range(steps):
         if pseudo_pairs is not None and step >= steps // 3 and (step - steps // 3) % refresh == 0:
-            model.eval(); pseudo = pseudo_pairs(model, data); model.train()
+            model.eval(); p_img, p_rep, p_w = pseudo_pairs(model, data); model.train()
         img = gen.choice(paired, min(batch, len(paired)), replace=False)
         rep, w = img, torch.ones(len(img))
-        if pseudo is not None and len(pseudo[0]):   # true pairs and pseudo-pairs share one batch, weighted by confidence
-            j = gen.choice(len(pseudo[0]), min(batch, len(pseudo[0])), replace=False)
-            img, rep, w = np.r_[img, pseudo[0][j]], np.r_[rep, pseudo[1][j]], torch.cat([w, pseudo[2][j]])
+        if len(p_img):   # true pairs and pseudo-pairs share one batch, weighted by confidence
+            j = gen.choice(len(p_img), min(batch, len(p_img)), replace=False)
+            img, rep, w = np.r_[img, p_img[j]], np.r_[rep, p_rep[j]], torch.cat([w, p_w[j]])
         extra = {"unpaired_reports": tuple(data["reports"][r] for r in gen.choice(report_only, batch))} if unpaired_reports else {}
         loss = model.loss(data["images"][img], [data["reports"][r] for r in rep], w, **extra)
         opt.zero_grad()
         loss.backward()
         opt.step()
+        sched.step()
     model.eval()
     return model
+
+_TASK_FN = None  # the function run_tasks maps: set before the pool forks, so that the workers inherit it (never pickled)
+
+def _run_task(task):
+    return _TASK_FN(task)
+
+def run_tasks(fn,  # task -> result; a notebook's function will do: the workers inherit it through fork
+              tasks: list,  # picklable tasks; each must seed itself, so that its result does not depend on the process that ran it
+              workers: int = 2,  # processes; 1 (or no fork on this platform): here, one after the other
+              ) -> list:
+    """`[fn(t) for t in tasks]`, in order, run by a pool of `workers` forked processes with one torch thread each, which take
+    the tasks one at a time as they become free. Only the tasks and their results are pickled."""
+    global _TASK_FN
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    tasks = list(tasks)
+    if workers == 1 or len(tasks) < 2 or "fork" not in multiprocessing.get_all_start_methods():
+        return [fn(t) for t in tasks]
+    _TASK_FN = fn
+    try:  # a forked worker must stay on one thread: OpenMP's thread pool does not survive fork
+        with multiprocessing.get_context("fork").Pool(min(workers, len(tasks)), initializer=torch.set_num_threads, initargs=(1,)) as pool:
+            return pool.map(_run_task, tasks, chunksize=1)
+    finally:
+        _TASK_FN = None
 
 # %% ../nbs/10_lgdea.ipynb #68dae8f3
 def zero_shot_prompts() -> list[str]:
@@ -498,12 +537,11 @@ def retrieval_recall(sim,  # (n_q, n_r) query-by-candidate similarities
                      ks: tuple[int, ...] = (1, 5),
                      ) -> dict[int, float]:
     "Recall@k: fraction of queries with a relevant candidate among their k most similar (ties broken by index)."
-    sim, relevant = torch.as_tensor(sim), torch.as_tensor(relevant, dtype=torch.bool)
+    sim, relevant = np.asarray(sim, dtype=np.float64), np.asarray(relevant, dtype=bool)
     if sim.shape != relevant.shape:
-        raise ValueError(f"sim and relevant must have the same shape, got {tuple(sim.shape)} and {tuple(relevant.shape)}")
-    order = torch.sort(sim, dim=1, descending=True, stable=True).indices
-    hits = relevant.gather(1, order)
-    return {k: hits[:, :k].any(1).float().mean().item() for k in ks}
+        raise ValueError(f"sim and relevant must have the same shape, got {sim.shape} and {relevant.shape}")
+    hits = np.take_along_axis(relevant, np.argsort(-sim, axis=1, kind="stable"), 1)   # stable: ties keep the index order
+    return {k: float(hits[:, :k].any(1).mean()) for k in ks}
 
 def pointing_game(maps,  # (m, N) grounding maps over the N = 64 patches (row-major 8 x 8)
                   masks,  # (m, 32, 32) bool lesion masks
