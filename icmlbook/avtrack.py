@@ -393,11 +393,19 @@ def _to_tracks(assign: dict, shape: tuple) -> dict[int, np.ndarray]:
         for t, mask in fr.items(): out[k][t] = mask
     return out
 
+def _check_knobs(**knobs):
+    "Raise ValueError naming the first knob that is not a number >= 0 (an int where the flag says so); knobs: name=(value, integer)."
+    for name, (v, integer) in knobs.items():
+        kinds = (int, np.integer) if integer else (int, float, np.integer, np.floating)
+        if isinstance(v, bool) or not isinstance(v, kinds) or not v >= 0:
+            raise ValueError(f"{name} must be {'an int' if integer else 'a number'} >= 0, got {v!r}")
+
 class FrameCooccurrence:
     "Method (a): frame-level audio-visual co-occurrence with IoU linking of speaking masks (the static AVISM proxy)."
     def __init__(self, half_window: int = 3,  # w: frames on each side of t
                  link_iou: float = 0.3,  # theta: link to an identity's last speaking mask above this IoU
                  vad_thr: float = 0.05):
+        _check_knobs(half_window=(half_window, True), link_iou=(link_iou, False), vad_thr=(vad_thr, False))
         self.half_window, self.link_iou, self.vad_thr = half_window, link_iou, vad_thr
 
     def predict(self, obs: Observation) -> dict[int, np.ndarray]:
@@ -450,6 +458,9 @@ class AVTrackerLite:
         if window not in ("speech", "fixed"): raise ValueError(f"window must be 'speech' or 'fixed', got {window!r}")
         if grouping not in ("appearance+voice", "appearance"):
             raise ValueError(f"grouping must be 'appearance+voice' or 'appearance', got {grouping!r}")
+        _check_knobs(compress_thr=(compress_thr, False), group_thr=(group_thr, False), fixed_len=(fixed_len, True),
+                     vad_thr=(vad_thr, False), track_iou=(track_iou, False))
+        if fixed_len < 1: raise ValueError(f"fixed_len must be >= 1, got {fixed_len!r}")
         self.window, self.compression, self.grouping = window, compression, grouping
         self.compress_thr, self.group_thr, self.fixed_len, self.vad_thr, self.track_iou = compress_thr, group_thr, fixed_len, vad_thr, track_iou
 
