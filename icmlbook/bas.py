@@ -17,11 +17,11 @@ from torch import Tensor, nn
 from .core import num_threads, progress, seed_everything
 
 # %% auto #0
-__all__ = ['FP8_MAX', 'STATE_DTYPES', 'BLOCK_SCALES', 'block_layout', 'to_blocks', 'from_blocks', 'block_mean', 'quantize_fp8',
-           'dequantize_fp8', 'fp8_e4m3_to_float', 'BAS', 'bas_fp8_update', 'compiled_update', 'state_bytes', 'Signum',
-           'pack_signs', 'unpack_signs', 'DistributedBAS', 'vote_bytes', 'wire_bytes', 'vote_demo_model',
-           'vote_demo_batch', 'majority_vote_worker', 'torchrun_demo', 'char_corpus', 'tiny_gpt2', 'make_optimizer',
-           'warmup_cosine', 'train_lm', 'encoded_corpus', 'lm_task', 'run_tasks']
+__all__ = ['FP8_MAX', 'STATE_DTYPES', 'BLOCK_SCALES', 'N_EVALS', 'block_layout', 'to_blocks', 'from_blocks', 'block_mean',
+           'quantize_fp8', 'dequantize_fp8', 'fp8_e4m3_to_float', 'BAS', 'bas_fp8_update', 'compiled_update',
+           'state_bytes', 'Signum', 'pack_signs', 'unpack_signs', 'DistributedBAS', 'vote_bytes', 'wire_bytes',
+           'vote_demo_model', 'vote_demo_batch', 'majority_vote_worker', 'torchrun_demo', 'char_corpus', 'tiny_gpt2',
+           'make_optimizer', 'warmup_cosine', 'train_lm', 'encoded_corpus', 'lm_task', 'run_tasks']
 
 # %% ../nbs/04_bas.ipynb #39ee1e73
 FP8_MAX = 448.0  # largest finite value of torch.float8_e4m3fn
@@ -306,7 +306,9 @@ class BAS(torch.optim.Optimizer):
         nb, length = block_layout(tuple(p.shape), group["block"])
         beta1, beta2 = group["betas"]
         grad = -p.grad if group["maximize"] else p.grad
-        c = lambda x: torch.tensor(float(x), device=p.device)  # 0-d tensors: new values do not recompile
+        # 0-d float64 tensors: new values do not recompile, and the coefficients are formed in double and rounded
+        # once to fp32, as the eager kernels round their Python-float scalars (so the two steps agree to rounding)
+        c = lambda x: torch.tensor(float(x), dtype=torch.float64, device=p.device)
         compiled_update((nb, length))(p.view(nb, length), grad.view(nb, length), state["exp_avg"], state["exp_avg_scale"],
             state["exp_avg_sq"], c(group["lr"]), c(group["weight_decay"]), c(beta1), c(beta2), c(group["eps"]),
             c(1 - beta1 ** t), c(1 - beta2 ** t))
@@ -362,22 +364,24 @@ def bas_fp8_update(p: Tensor,  # (n_blocks, block_len) fp32 parameter view, upda
                    q: Tensor,  # (n_blocks, block_len) float8_e4m3fn first-moment code, updated in place
                    scale: Tensor,  # (n_blocks,) fp32 s_B, updated in place
                    v: Tensor,  # (n_blocks,) fp32 v_B, updated in place
-                   lr: Tensor, wd: Tensor, beta1: Tensor, beta2: Tensor, eps: Tensor,  # 0-d fp32
-                   bc1: Tensor, bc2: Tensor,  # 0-d: 1 - beta1^t and 1 - beta2^t
+                   lr: Tensor, wd: Tensor, beta1: Tensor, beta2: Tensor, eps: Tensor,  # 0-d float64 (fp32 works, less exactly)
+                   bc1: Tensor, bc2: Tensor,  # 0-d float64: 1 - beta1^t and 1 - beta2^t
                    ) -> None:
-    "One BAS-FP8 update of one tensor, Eqs. (bas-eq-m)-(bas-eq-fp8), as a pure tensor function for torch.compile."
-    m = q.float() * scale[:, None]
-    m = m + (1 - beta1) * (g - m)  # Eq. (bas-eq-m), as lerp
-    v_new = v * beta2 + (1 - beta2) * (g * g).mean(dim=1)  # Eq. (bas-eq-v)
+    """One BAS-FP8 update of one tensor, Eqs. (bas-eq-m)-(bas-eq-fp8), as a pure tensor function for torch.compile.
+    The coefficients (1 - beta1, 1 - lr wd, ...) are formed from the float64 scalars and rounded once to fp32, as the
+    eager step's Python floats are: with fp32 scalars 1 - beta2 alone would be off by 5e-5 relative."""
+    f = lambda x: x.to(torch.float32)  # a coefficient, rounded once
+    m = torch.lerp(q.float() * scale[:, None], g, f(1 - beta1))  # Eq. (bas-eq-m), lerp as in the eager step
+    v_new = v * f(beta2) + f(1 - beta2) * (g * g).mean(dim=1)  # Eq. (bas-eq-v)
     m_abs = m.abs()
-    num = m_abs.mean(dim=1, keepdim=True) / bc1
-    den = (v_new[:, None] / bc2).sqrt() + eps
+    num = m_abs.mean(dim=1, keepdim=True) / f(bc1)
+    den = (v_new[:, None] / f(bc2)).sqrt() + f(eps)
     alpha = torch.where(den == 0, torch.zeros_like(num), num / den)  # Eq. (bas-eq-alpha)
     amax = m_abs.amax(dim=1)
     s_new = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))  # Eq. (bas-eq-fp8)
     q.copy_((m / s_new[:, None]).to(torch.float8_e4m3fn))
     scale.copy_(s_new); v.copy_(v_new)
-    p.copy_(p * (1 - lr * wd) - lr * (alpha * torch.sign(m)))  # Eq. (bas-eq-update)
+    p.copy_(p * f(1 - lr * wd) - f(lr) * (torch.sign(m) * alpha))  # Eq. (bas-eq-update)
 
 @functools.cache
 def compiled_update(layout: tuple[int, int],  # (n_blocks, block_len)
@@ -671,6 +675,8 @@ def encoded_corpus(context: int = 32, n_val: int = 128) -> dict[str, Tensor]:
     return {"train": enc(pre), "val": windows(val_ids[:half]), "test": windows(val_ids[half:]), "ft_train": held_ids[:cut],
             "ft_val": windows(held_ids[cut:]), "vocab_size": torch.tensor(len(chars))}
 
+N_EVALS = 4  # validation points per run after step 0: the curves' resolution (the evaluations do not change training)
+
 def lm_task(task: dict) -> dict:
     "One run: task = {optimizer, lr, seed, steps[, init (a state_dict), data ('pretrain' or 'finetune')]}; returns train_lm's result (+ weights)."
     with num_threads(1):  # one thread per run, in the pool or in this process
@@ -680,7 +686,7 @@ def lm_task(task: dict) -> dict:
         opt = make_optimizer(task["optimizer"], model, task["lr"])
         ft = task.get("data", "pretrain") == "finetune"
         out = train_lm(model, opt, data["ft_train" if ft else "train"], data["ft_val" if ft else "val"],
-                       task["steps"], task["seed"], test=None if ft else data["test"])
+                       task["steps"], task["seed"], n_evals=N_EVALS, test=None if ft else data["test"])
         out["state_bytes"] = state_bytes(opt)
         if task.get("keep_weights"): out["weights"] = {k: v.clone() for k, v in model.state_dict().items()}
         return dict(task, init=None, **out)
