@@ -49,11 +49,13 @@ def test_criteria_with_pipes_stay_in_their_cell(browser, server):
 
 @pytest.mark.parametrize("page", [p for p in PAGES if re.search(r"/(?!00)\d\d_", p)] + ["nbs/scoreboard"])
 def test_claim_tables_fit_the_content_column(browser, server, page):
+    claim_tables = ("() => Array.from(document.querySelectorAll('article table'))"
+                    ".filter(t => t.innerText.includes('verdict') || t.innerText.includes('mean ± sd'))")
     v = visit(browser, server, page)
     try:
-        over = v.page.evaluate("() => Array.from(document.querySelectorAll('article table'))"
-                               ".filter(t => t.innerText.includes('verdict') || t.innerText.includes('mean ± sd'))"
-                               ".map(t => t.scrollWidth - t.parentElement.clientWidth)")
+        # on a loaded machine the layout can lag behind "networkidle": wait (up to 15 s) for a laid-out claim table
+        v.page.wait_for_function(claim_tables + ".length > 0", timeout=15000)
+        over = v.page.evaluate(claim_tables + ".map(t => t.scrollWidth - t.parentElement.clientWidth)")
         assert over and max(over) <= 1, f"a claim table on {page} is wider than the content column: {over}"
     finally:
         v.close()
