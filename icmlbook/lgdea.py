@@ -138,6 +138,8 @@ def make_cxr_like_dataset(n: int,  # studies
     so datasets that differ in `fractions` hold the same studies with more or fewer of them paired."""
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
         raise ValueError(f"n must be a positive int, got {n!r}")
+    if not 0 < prevalence < 1:
+        raise ValueError(f"prevalence must lie in (0, 1), got {prevalence!r}")
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:IMG, 0:IMG].astype(np.float32)
     lungs = ((((yy - 16) / 11) ** 2 + ((xx - 9.5) / 5.5) ** 2) <= 1) | ((((yy - 16) / 11) ** 2 + ((xx - 22.5) / 5.5) ** 2) <= 1)
@@ -439,10 +441,13 @@ def lgdea_pseudo_pairs(model: LGDEA, data: dict) -> tuple[np.ndarray, np.ndarray
 
 @torch.no_grad()
 def nearest_neighbour_pairs(model: CLIPBaseline, data: dict) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
-    "Naive pseudo-pairs: every image-only study's image takes its nearest report-only report under the model's similarity."
+    """Naive pseudo-pairs: an image-only study's image and a report-only report are paired when each is the other's nearest
+    neighbour under the model's similarity (mutual nearest neighbours, so no report serves two images). Weight 1."""
     img_ids, rep_ids = np.flatnonzero(data["role"] == 1), np.flatnonzero(data["role"] == 2)
-    best = model.similarity(data["images"][img_ids], [data["reports"][i] for i in rep_ids]).argmax(1).numpy()
-    return img_ids, rep_ids[best], torch.ones(len(img_ids))
+    S = model.similarity(data["images"][img_ids], [data["reports"][i] for i in rep_ids])   # (n_img, n_rep)
+    best_rep, best_img = S.argmax(1), S.argmax(0)
+    mutual = (best_img[best_rep] == torch.arange(len(img_ids))).numpy()
+    return img_ids[mutual], rep_ids[best_rep.numpy()[mutual]], torch.ones(int(mutual.sum()))
 
 def warmup_cosine(step: int,  # the optimiser step, 0-based
                   steps: int,  # the run's number of steps
@@ -463,6 +468,11 @@ def train_model(model: nn.Module,  # a CLIPBaseline or an LGDEA
                 ) -> nn.Module:
     """AdamW (peak learning rate `lr`, warm-up then cosine decay, `warmup_cosine`) on the paired loss, plus the pseudo-pair
     loss (weighted by confidence) and the unpaired-report loss when asked."""
+    for name, val in (("steps", steps), ("batch", batch), ("refresh", refresh)):
+        if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
+            raise ValueError(f"{name} must be a positive int, got {val!r}")
+    if not lr > 0:
+        raise ValueError(f"lr must be positive, got {lr!r}")
     gen = np.random.default_rng(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4, foreach=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, steps))
