@@ -115,7 +115,7 @@ def make_eeg_emoji_dataset(n_subjects: int = 10,  # subjects
                            ) -> dict:
     """Synthetic EEG-emoji trials: expression trajectories a(t) = class prototype x onset + subject offset + smooth noise,
     emojis rendered from a(t) at `n_frames` times, EEG from a(t)-modulated 8-30 Hz sources through subject-specific
-    Gaussian spatial patterns on the 10-20 layout, a weak direct class rhythm, pink noise and EMG bursts (Eq. (1))."""
+    Gaussian spatial patterns on the 10-20 layout, a weak direct class rhythm, pink noise and EMG bursts, Eq. (ee-eq-gen)."""
     _check_int(n_subjects, "n_subjects", 1); _check_int(n_trials, "n_trials", 1)
     _check_int(n_frames, "n_frames", 1); _check_int(T, "T", 16)
     if not (isinstance(noise, (int, float)) and noise >= 0):
@@ -161,7 +161,7 @@ def make_eeg_emoji_dataset(n_subjects: int = 10,  # subjects
 
 # %% ../nbs/15_emoji_eeg.ipynb #565c5253
 class FourierEmb(nn.Module):
-    "Fourier embedding of 2-D positions, Eq. (2): cos and sin of 2 pi (k x + l y) / (1 + 2 margin), k, l < n; dimension 2 n^2."
+    "Fourier embedding of 2-D positions, Eq. (ee-eq-fourier): cos and sin of 2 pi (k x + l y) / (1 + 2 margin), k, l < n; dimension 2 n^2."
     def __init__(self, dimension: int = 288,  # output size, must be 2 n^2
                  margin: float = 0.2,  # padding of the unit square, so that the embedding is not periodic over it
                  ):
@@ -185,7 +185,7 @@ class FourierEmb(nn.Module):
 
 # %% ../nbs/15_emoji_eeg.ipynb #3504baec
 class ChannelMerger(nn.Module):
-    "Channel merger, Eq. (3): w_oc = softmax_c(emb(pos_c) . h_o), x'_o = sum_c w_oc x_c: M spatial synergies from any montage."
+    "Channel merger, Eq. (ee-eq-merger): w_oc = softmax_c(emb(pos_c) . h_o), x'_o = sum_c w_oc x_c: M spatial synergies from any montage."
     def __init__(self, positions,  # electrode positions, (C, 2) in [0, 1]^2
                  n_synergies: int = 8,  # M, the number of output "virtual channels"
                  pos_dim: int = 288,  # dimension of the Fourier embedding
@@ -207,6 +207,8 @@ class ChannelMerger(nn.Module):
     def forward(self, x: torch.Tensor,  # EEG, (B, C, T)
                 positions: torch.Tensor | None = None,  # (C, 2); default: the montage given at construction
                 ) -> torch.Tensor:  # (B, M, T)
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x must be a torch.Tensor of shape (B, C, T), got {type(x).__name__}")
         pos = self.positions if positions is None else positions
         if x.ndim != 3 or x.shape[1] != len(pos):
             raise ValueError(f"x must have shape (B, C, T) with C = {len(pos)} channels (one per position), got {tuple(x.shape)}")
@@ -214,7 +216,7 @@ class ChannelMerger(nn.Module):
 
 # %% ../nbs/15_emoji_eeg.ipynb #4fa99b05
 class ConvSequence(nn.Module):
-    """Dilated residual convolution stack, Eq. (4): x <- x + GELU(BN(conv_{k, dilation 2^l}(x))), l = 0..depth-1,
+    """Dilated residual convolution stack, Eq. (ee-eq-conv): x <- x + GELU(BN(conv_{k, dilation 2^l}(x))), l = 0..depth-1,
     with a GLU convolution (kernel 3) after every second layer; the length T is preserved."""
     def __init__(self, d: int = 32,  # channels
                  depth: int = 3,  # residual layers
@@ -230,7 +232,7 @@ class ConvSequence(nn.Module):
                                                  nn.BatchNorm1d(d), nn.GELU()) for r in self.dilations)
         self.glus = nn.ModuleDict({str(l): nn.Sequential(nn.Conv1d(d, 2 * d, 3, padding=1), nn.GLU(dim=1))
                                    for l in range(depth) if glu_every and (l + 1) % glu_every == 0})
-        # receptive field, Eq. (5): 1 + (k - 1) sum_l 2^l, plus 2 samples per GLU convolution
+        # receptive field, Eq. (ee-eq-rf): 1 + (k - 1) sum_l 2^l, plus 2 samples per GLU convolution
         self.receptive_field = 1 + (kernel - 1) * sum(self.dilations) + 2 * len(self.glus)
 
     def forward(self, x: torch.Tensor,  # (B, d, T)
@@ -262,12 +264,13 @@ class FMENet(nn.Module):
         return self.out(self.convs(self.inp(self.merger(x, positions))))
 
 class SeeEmotion(nn.Module):
-    """FMENet with the emoji head and the classifier D_theta([Z, H~]) of Eq. (6): Z is the time-averaged feature,
+    """FMENet with the emoji head and the classifier D_theta([Z, H~]) of Eq. (ee-eq-heads): Z is the time-averaged feature,
     H~ (B, K, out_dim) the head's output on K time segments (a normalised emoji latent, or action units)."""
     def __init__(self, positions, n_frames: int = 4, out_dim: int = 64, n_classes: int = len(CLASSES),
                  n_synergies: int = 8, d: int = 32, depth: int = 3, hidden: int = 64):
         super().__init__()
         self.n_frames = _check_int(n_frames, "n_frames", 1)
+        _check_int(out_dim, "out_dim", 1); _check_int(n_classes, "n_classes", 2); _check_int(hidden, "hidden", 1)
         self.encoder = FMENet(positions, n_synergies, d, depth)
         self.head = nn.Sequential(nn.Linear(d, hidden), nn.LayerNorm(hidden), nn.GELU(), nn.Linear(hidden, out_dim))
         self.classifier = nn.Linear(d + out_dim, n_classes)
@@ -310,12 +313,12 @@ class EmojiAE(nn.Module):
         return self.eval()
 
 def rec_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    "Emoji reconstruction loss of Eq. (7): L1 + 0.5 MSE."
+    "Emoji reconstruction loss L_rec of Eq. (ee-eq-felb): L1 + 0.5 MSE."
     return F.l1_loss(pred, target) + 0.5 * F.mse_loss(pred, target)
 
 def pretrain_emoji_ae(ae: EmojiAE, faces: torch.Tensor,  # training emojis, (N, size, size)
                       steps: int = 150, lr: float = 3e-3, batch: int = 32, kl_weight: float = 1e-4, seed: int = 0) -> list[float]:
-    "Pretrain the AE on emojis (reconstruction loss of Eq. (7) + kl_weight KL); returns the loss per step."
+    "Pretrain the AE on emojis (L_rec of Eq. (ee-eq-felb) + kl_weight KL); returns the loss per step."
     _check_int(steps, "steps", 1); _check_int(batch, "batch", 1)
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(ae.parameters(), lr=lr)
@@ -333,7 +336,7 @@ def pretrain_emoji_ae(ae: EmojiAE, faces: torch.Tensor,  # training emojis, (N, 
 
 # %% ../nbs/15_emoji_eeg.ipynb #daddcf2f
 class LatentNormaliser:
-    "Per-dimension standardisation of the target latents, (E_phi(e) - mu) / sigma, with mu, sigma from the training split."
+    "Per-dimension standardisation of the target latents, Eq. (ee-eq-norm): (E_phi(e) - mu) / sigma, with mu, sigma from the training split."
     def fit(self, z: torch.Tensor,  # (N, D) latents of training emojis
             ) -> "LatentNormaliser":
         if z.ndim != 2 or len(z) < 2:
@@ -354,7 +357,7 @@ def felb_loss(logits: torch.Tensor,  # (B, n_classes)
               rec: torch.Tensor | None = None,  # decoded emojis D_phi(denorm(H~)) on a subset, (n, size, size)
               rec_target: torch.Tensor | None = None,  # the true emojis of that subset, (n, size, size)
               lambda_lat: float = 1.0, lambda_rec: float = 1.0) -> dict[str, torch.Tensor]:
-    "FELB objective, Eq. (8): L = L_cls + lambda_lat L_lat + lambda_rec L_rec; terms with weight 0 are skipped."
+    "FELB objective, Eq. (ee-eq-felb): L = L_cls + lambda_lat L_lat + lambda_rec L_rec; terms with weight 0 are skipped."
     out = {"cls": F.cross_entropy(logits, y)}
     out["loss"] = out["cls"]
     if lambda_lat:
@@ -405,8 +408,14 @@ def train_see_emotion(model: nn.Module,
                       steps: int = 200, lr: float = 3e-3, batch: int = 32,
                       rec_frames: int = 4,  # emoji frames decoded per step for L_rec (a random subset of the batch's)
                       seed: int = 0) -> list[float]:
-    "Joint training on Eq. (8) with AdamW (weight decay 0.01), cosine schedule, gradient clipping at 1; returns the loss per step."
+    "Joint training on Eq. (ee-eq-felb) with AdamW (weight decay 0.01), cosine schedule, gradient clipping at 1; returns the loss per step."
     _check_int(steps, "steps", 1); _check_int(batch, "batch", 1); _check_int(rec_frames, "rec_frames", 1)
+    if not (isinstance(eeg, torch.Tensor) and isinstance(y, torch.Tensor)):
+        raise TypeError(f"eeg and y must be torch tensors, got {type(eeg).__name__} and {type(y).__name__}")
+    if not lr > 0:
+        raise ValueError(f"lr must be positive, got {lr!r}")
+    if lambda_lat < 0 or lambda_rec < 0:
+        raise ValueError(f"lambda_lat and lambda_rec must be non-negative, got {lambda_lat!r} and {lambda_rec!r}")
     if len(eeg) != len(y):
         raise ValueError(f"eeg and y must have the same length, got {len(eeg)} and {len(y)}")
     if lambda_rec and (faces is None or ae is None or norm is None):
