@@ -20,8 +20,8 @@ from torch_geometric.utils import from_networkx, to_dense_adj, to_dense_batch
 # %% auto #0
 __all__ = ['MAX_DEGREE', 'CLUSTERING_BINS', 'random_trees', 'delaunay_graphs', 'to_dense', 'to_networkx_graphs', 'pair_mask',
            'check_symmetric_edges', 'noise_edges', 'analytic_rate', 'defog_conditional_rate', 'defog_mc_rate',
-           'step_probs', 'step_log_prob', 'time_grid', 'random_walk_features', 'graph_features', 'GraphDenoiser',
-           'edge_posterior', 'edge_prior', 'train_dfm', 'node_mask', 'sample', 'trajectory_log_probs',
+           'step_probs', 'step_log_prob', 'time_grid', 'random_walk_features', 'connectivity', 'graph_features',
+           'GraphDenoiser', 'edge_posterior', 'edge_prior', 'train_dfm', 'node_mask', 'sample', 'trajectory_log_probs',
            'group_advantages', 'grpo_loss', 'reinforce_loss', 'refine', 'is_valid', 'degree_histogram',
            'clustering_histogram', 'js_divergence', 'GraphReward', 'vun', 'gaussian_tv_mmd', 'mmd_ratio', 'GraphGRPO']
 
@@ -202,28 +202,46 @@ def random_walk_features(E: torch.Tensor,  # (B, N, N) adjacency
         P = P @ M
     return torch.stack(node, -1), torch.stack(pair, -1)
 
+def connectivity(E: torch.Tensor,  # (B, N, N) adjacency
+                 mask: torch.Tensor,  # (B, N) node mask
+                 ) -> torch.Tensor:
+    """Reachability: C[b, i, j] = True iff i and j are real nodes in the same connected component (i = j included), by
+    repeated squaring of A + I (ceil(log2 N) boolean matrix products). (B, N, N) bool."""
+    N = E.shape[-1]
+    C = (E.float() + torch.diag_embed(mask.float())) > 0
+    for _ in range(max(1, (N - 1).bit_length())):                              # paths of length up to 2^r >= N - 1
+        Cf = C.float(); C = (Cf @ Cf) > 0
+    return C
+
 def graph_features(E: torch.Tensor,  # (B, N, N) edge state
                    mask: torch.Tensor,  # (B, N)
                    t: torch.Tensor,  # (B,) times
                    k: int = 4,  # random-walk length
                    ) -> tuple[torch.Tensor, torch.Tensor]:
-    "Node features [degree / n, n / 16, t, diag(M^1..M^k)] (B, N, k + 3) and edge features [one-hot state, RRWP] (B, N, N, k + 2)."
+    """Node features [degree / n, n / 16, t, diag(M^1..M^k), component size / n, components / n, cycle rank / n] (B, N, k + 6)
+    and edge features [one-hot state, RRWP, same component] (B, N, N, k + 3). The cycle rank m - n + c counts independent cycles."""
     B, N, _ = E.shape
     rw, rrwp = random_walk_features(E, k)
     n = mask.sum(1, keepdim=True).float()                                         # (B, 1)
-    x = torch.cat([(E.sum(-1).float() / n)[..., None], (n / 16).expand(B, N)[..., None], t.float().view(B, 1, 1).expand(B, N, 1), rw], -1)
-    return x, torch.cat([F.one_hot(E, 2).float(), rrwp], -1)
+    C = connectivity(E, mask).float()                                             # (B, N, N)
+    size = C.sum(-1)                                                              # (B, N) component size, 0 on padding
+    comps = (mask.float() / size.clamp(min=1)).sum(1, keepdim=True)               # (B, 1) number of components
+    cyc = E.sum((1, 2)).float()[:, None] / 2 - n + comps                          # (B, 1) cycle rank m - n + c
+    glob = torch.cat([comps / n, cyc / n], -1)[:, None].expand(B, N, 2)
+    x = torch.cat([(E.sum(-1).float() / n)[..., None], (n / 16).expand(B, N)[..., None], t.float().view(B, 1, 1).expand(B, N, 1), rw,
+                   (size / n)[..., None], glob], -1)
+    return x, torch.cat([F.one_hot(E, 2).float(), rrwp, C[..., None]], -1)
 
 class GraphDenoiser(nn.Module):
-    "p_theta(E_1 | G_t): graph transformer (PyG TransformerConv on the complete graph, edge features = state + RRWP) with degree, random-walk and time features."
+    "p_theta(E_1 | G_t): graph transformer (PyG TransformerConv on the complete graph, edge features = state + RRWP + same component) with degree, random-walk, connectivity and time features."
     def __init__(self, d: int = 32,  # hidden width
                  layers: int = 2,  # TransformerConv layers
                  heads: int = 2, k: int = 4):
         super().__init__()
         _check_int(d, "d", 2); _check_int(layers, "layers", 1)
         self.k = k
-        self.node_in = nn.Linear(k + 3, d)                    # [degree / N, n / 16, t, RW PE]
-        self.edge_in = nn.Linear(k + 2, d)                    # [one-hot state, RRWP]
+        self.node_in = nn.Linear(k + 6, d)                    # [degree / N, n / 16, t, RW PE, component size, components, cycle rank]
+        self.edge_in = nn.Linear(k + 3, d)                    # [one-hot state, RRWP, same component]
         self.convs = nn.ModuleList(TransformerConv(d, d // heads, heads=heads, edge_dim=d, root_weight=True) for _ in range(layers))
         self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(layers))
         self.edge_out = nn.Sequential(nn.Linear(3 * d, d), nn.SiLU(), nn.Linear(d, 2))
@@ -297,6 +315,8 @@ def sample(model: GraphDenoiser, mask: torch.Tensor,  # (B, N) node mask, the no
            record: bool = False,  # also return the trajectory (T + 1, B, N, N)
            ):
     "Euler CTMC sampling with the analytic rate, Eqs. (gg-eq-analytic), (gg-eq-step), on the polydec grid from t_start to 1."
+    _check_int(T, "T", 1); _check_probs(p0, "p0")
+    if mask.ndim != 2: raise ValueError(f"mask must have shape (B, N), got {tuple(mask.shape)}")
     B, N = mask.shape
     E = noise_edges(torch.zeros(B, N, N, dtype=torch.long), mask, 0.0, p0, generator) if E_start is None else E_start.clone()
     ts, traj = time_grid(T, "polydec", t_start), [E]
@@ -460,6 +480,8 @@ class GraphGRPO:
                  p0: torch.Tensor, method: str = "grpo", lr: float = 1e-4, groups: int = 4, K: int = 8, T: int = 50,
                  beta: float = 0.005, refine_groups: int = 0, t_eps: float = 0.8, pool_size: int = 3, seed: int = 0):
         if method not in ("grpo", "reinforce"): raise ValueError(f"method must be 'grpo' or 'reinforce', got {method!r}")
+        _check_int(groups, "groups", 1); _check_int(K, "K", 2); _check_int(T, "T", 1)
+        if not lr > 0: raise ValueError(f"lr must be > 0, got {lr}")
         if not 0 <= refine_groups < groups: raise ValueError(f"refine_groups must lie in [0, groups), got {refine_groups}")
         self.policy, self.ref = copy.deepcopy(base), base
         self.reward, self.n_nodes, self.p0, self.method = reward, torch.tensor(n_nodes), p0, method
