@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import multiprocessing
 import re
@@ -63,6 +64,10 @@ def extract_evidence(report: str,  # a report: sentences separated by '.'
     Evidence item, respecting negation cues (no / without / has resolved); non-diagnostic sentences are dropped."""
     if not isinstance(report, str):
         raise TypeError(f"report must be a str, got {type(report).__name__}")
+    return list(_parse_report(report))
+
+@functools.lru_cache(maxsize=None)  # training re-reads the same reports every step: each distinct text is parsed once
+def _parse_report(report: str) -> tuple[Evidence, ...]:
     sentences = [s.strip() for s in report.lower().split(".") if s.strip()]
     if not sentences:
         raise ValueError("report must hold at least one sentence, got an empty report")
@@ -78,7 +83,7 @@ def extract_evidence(report: str,  # a report: sentences separated by '.'
             out.append(Evidence(_known(m[1] or m[2]), False, sentence=s))
         else:
             raise ValueError(f"report holds a sentence outside the report grammar: {s!r}")
-    return out
+    return tuple(out)
 
 def evidence_profile(evidence: list[Evidence]) -> np.ndarray:
     "b(R) in {0,1}^K: the findings stated present, and 'no finding' when none is; (K,)."
@@ -89,9 +94,12 @@ def evidence_profile(evidence: list[Evidence]) -> np.ndarray:
     return b
 
 # %% ../nbs/10_lgdea.ipynb #d7e6f263
+_YY, _XX = np.mgrid[0:IMG, 0:IMG].astype(np.float32)  # pixel rows and columns, built once
+_LINE = np.round(2 + 24 * np.linspace(0, 1, 64)).astype(int), np.round(27 - 16 * np.linspace(0, 1, 64)).astype(int)  # support line pixels
+
 def _render_finding(f: int, side: int, sev: int, rng: np.random.Generator) -> np.ndarray:
     "Intensity added by finding f on one side (0 left, 1 right) at one severity; (IMG, IMG)."
-    yy, xx = np.mgrid[0:IMG, 0:IMG].astype(np.float32)
+    yy, xx = _YY, _XX
     cx = (9.5 if side == 0 else 22.5) + rng.uniform(-1, 1)
     outer = -1 if side == 0 else 1  # the lateral direction of this lung
     amp = (0.3, 0.55)[sev]
@@ -141,7 +149,7 @@ def make_cxr_like_dataset(n: int,  # studies
     if not 0 < prevalence < 1:
         raise ValueError(f"prevalence must lie in (0, 1), got {prevalence!r}")
     rng = np.random.default_rng(seed)
-    yy, xx = np.mgrid[0:IMG, 0:IMG].astype(np.float32)
+    yy, xx = _YY, _XX
     lungs = ((((yy - 16) / 11) ** 2 + ((xx - 9.5) / 5.5) ** 2) <= 1) | ((((yy - 16) / 11) ** 2 + ((xx - 22.5) / 5.5) ** 2) <= 1)
     heart = (((yy - 20) / 5) ** 2 + ((xx - 16) / 4.5) ** 2) <= 1
     base = np.where(lungs, 0.15, 0.5).astype(np.float32); base[heart] = 0.6
@@ -167,8 +175,7 @@ def make_cxr_like_dataset(n: int,  # studies
         view, device, marker = nuisance[i]
         if view: img = 1.3 * img + 0.15  # portable AP film: brighter, higher contrast
         if device:  # a support line running diagonally across the chest
-            t = np.linspace(0, 1, 64)
-            img[np.round(2 + 24 * t).astype(int), np.round(27 - 16 * t).astype(int)] = 0.9
+            img[_LINE] = 0.9
         img[1:4, (1, 28)[marker]:(4, 31)[marker]] = 1.0  # side marker
         sentences += [VIEWS[view], MARKERS[marker]] + ([DEVICE] if device else [])
         order = rng.permutation(len(sentences))
@@ -180,16 +187,17 @@ def make_cxr_like_dataset(n: int,  # studies
 # %% ../nbs/10_lgdea.ipynb #2c984ec1
 VOCAB = ("[PAD]", "[CLS]") + tuple(sorted({w for s in NUISANCE_SENTENCES | {NORMAL, "no without has resolved in the lung"}
                                            for w in s.split()} | set(FINDINGS) | set(LOCATIONS) | set(SEVERITIES)))
+_VOCAB_ID = {w: i for i, w in enumerate(VOCAB)}  # word -> id, a dict lookup per word instead of a scan of VOCAB
 
 def tokenize(texts: list[str], max_len: int = 48) -> tuple[torch.Tensor, torch.Tensor]:
     "Word-level ids over VOCAB with a leading [CLS], right-padded: ids (B, L), attention mask (B, L)."
     rows = []
     for t in texts:
         words = re.findall(r"[a-z]+", t.lower())
-        unknown = [w for w in words if w not in VOCAB]
+        unknown = [w for w in words if w not in _VOCAB_ID]
         if unknown:
             raise ValueError(f"texts hold words outside the report vocabulary: {unknown}")
-        rows.append([1] + [VOCAB.index(w) for w in words][:max_len - 1])
+        rows.append([1] + [_VOCAB_ID[w] for w in words][:max_len - 1])
     L = max(map(len, rows))
     ids = torch.tensor([r + [0] * (L - len(r)) for r in rows])
     return ids, (ids != 0).long()
@@ -338,7 +346,9 @@ def propagate_pseudo_pairs(pi_img: torch.Tensor,  # (n_i, K) predicted presence 
     paired = seeds >= 0
     Y0 = torch.zeros(len(pi_img), len(b_rep))
     Y0[paired, seeds[paired]] = 1.0
-    F_img = label_propagation(knn_graph(F.normalize(pi_img, dim=1) @ F.normalize(pi_img, dim=1).T, knn), Y0, alpha)
+    cols = seeds[paired].unique()   # Y0 is zero outside the seed reports' columns, and so is F_img: solve for those columns only
+    F_img = torch.zeros_like(Y0)
+    F_img[:, cols] = label_propagation(knn_graph(F.normalize(pi_img, dim=1) @ F.normalize(pi_img, dim=1).T, knn), Y0[:, cols], alpha)
     score = label_propagation(knn_graph(jaccard(b_rep, b_rep), knn), F_img.T, alpha).T      # (n_i, n_r)
     row_max = score.max(1).values
     score[:, seeds[paired]] = -torch.inf  # a report that has its true image is never re-used
