@@ -23,7 +23,8 @@ __all__ = ['MAX_DEGREE', 'CLUSTERING_BINS', 'random_trees', 'delaunay_graphs', '
            'step_probs', 'step_log_prob', 'time_grid', 'random_walk_features', 'connectivity', 'graph_features',
            'GraphDenoiser', 'edge_posterior', 'edge_prior', 'train_dfm', 'node_mask', 'sample', 'trajectory_log_probs',
            'group_advantages', 'grpo_loss', 'reinforce_loss', 'refine', 'is_valid', 'degree_histogram',
-           'clustering_histogram', 'js_divergence', 'GraphReward', 'vun', 'gaussian_tv_mmd', 'mmd_ratio', 'GraphGRPO']
+           'clustering_histogram', 'js_divergence', 'GraphReward', 'wl_buckets', 'vun', 'gaussian_tv_mmd', 'mmd_ratio',
+           'GraphGRPO']
 
 # %% ../nbs/06_graph_grpo.ipynb #62c30202
 def _check_int(v, name: str, lo: int) -> int:
@@ -438,15 +439,20 @@ class GraphReward:
             out.append(float(is_valid(g, self.kind)) * (self.alpha + self.w * s))
         return torch.tensor(out)
 
-def vun(samples: list[nx.Graph], train: list[nx.Graph], kind: str) -> dict:
+def wl_buckets(graphs: list[nx.Graph]) -> dict[str, list[nx.Graph]]:
+    "The graphs grouped by Weisfeiler-Lehman hash (`nx.weisfeiler_lehman_graph_hash`): isomorphic graphs share a bucket."
+    d = {}
+    for g in graphs: d.setdefault(nx.weisfeiler_lehman_graph_hash(g), []).append(g)
+    return d
+
+def vun(samples: list[nx.Graph],
+        train: list[nx.Graph] | dict,  # the training graphs, or their `wl_buckets` computed once (same result, no re-hashing)
+        kind: str) -> dict:
     """Valid, unique (not isomorphic to an earlier sample) and novel (not isomorphic to a training graph) fractions, and V.U.N.,
     the fraction that is all three. Isomorphism: Weisfeiler-Lehman hash buckets, then `nx.is_isomorphic` within a bucket."""
     if not samples: raise ValueError("samples must not be empty")
-    def bucket(graphs):
-        d = {}
-        for g in graphs: d.setdefault(nx.weisfeiler_lehman_graph_hash(g), []).append(g)
-        return d
-    seen, known = {}, bucket(train)
+    if not isinstance(train, (list, tuple, dict)): raise TypeError(f"train must be a list of graphs or a dict from wl_buckets, got {type(train).__name__}")
+    seen, known = {}, train if isinstance(train, dict) else wl_buckets(train)
     v = u = n = vun_ = 0
     for g in samples:
         h = nx.weisfeiler_lehman_graph_hash(g)
