@@ -20,12 +20,13 @@ from torch import nn
 from .core import progress
 
 # %% auto #0
-__all__ = ['LOG_BOUNDS', 'PRIOR_MEAN', 'PRIOR_STD', 'LEVEL_PRIOR_STD', 'SIR_STARTS', 'Epidemic', 'simulate_metapop_sir', 'World',
-           'synthetic_world', 'make_windows', 'sir_curves', 'sir_neg_log_posterior', 'fit_sir_map', 'numerical_hessian',
-           'laplace_from_hessian', 'laplace_cov', 'ut_sigma_points', 'unscented_transform', 'rollout',
-           'MechanisticForecast', 'mechanistic_forecast', 'normalized_uncertainty', 'uncertainty_to_sigma',
-           'sir_predictive_samples', 'make_scheduler', 'RegionBlock', 'EpsNet', 'train_ddpm', 'guided_epsilon',
-           'released_guided_epsilon', 'steered_sample', 'EpiDiffPipeline', 'crps', 'coverage']
+__all__ = ['LOG_BOUNDS', 'PRIOR_MEAN', 'PRIOR_STD', 'LEVEL_PRIOR_STD', 'SIR_STARTS', 'report_counts', 'Epidemic',
+           'simulate_metapop_sir', 'World', 'synthetic_world', 'make_windows', 'sir_curves', 'reporting_nll',
+           'sir_neg_log_posterior', 'numerical_hessian', 'fit_sir_map', 'laplace_from_hessian', 'laplace_cov',
+           'ut_sigma_points', 'unscented_transform', 'rollout', 'MechanisticForecast', 'mechanistic_forecast',
+           'normalized_uncertainty', 'uncertainty_to_sigma', 'sir_predictive_samples', 'make_scheduler', 'RegionBlock',
+           'EpsNet', 'train_ddpm', 'guided_epsilon', 'released_guided_epsilon', 'steered_sample', 'EpiDiffPipeline',
+           'crps', 'coverage']
 
 # %% ../nbs/18_epidiff.ipynb #5438b88a
 def _check_population(population) -> np.ndarray:
@@ -42,6 +43,18 @@ def _check_counts(y, name: str) -> np.ndarray:
     return y
 
 
+def report_counts(mean,                # (...) expected counts
+                  dispersion: float,   # NegBin alpha: var = mean + mean^2 / alpha; inf = Poisson, var = mean
+                  rng: np.random.Generator,
+                  ) -> np.ndarray:
+    "Draw reported counts around `mean`: Poisson(mean) for dispersion = inf, else NegBin(mean, alpha = dispersion); integer array."
+    if not dispersion > 0:
+        raise ValueError(f"dispersion must be > 0 (inf for Poisson), got {dispersion}")
+    if math.isinf(dispersion):
+        return rng.poisson(mean)
+    return rng.negative_binomial(dispersion, dispersion / (dispersion + np.asarray(mean, dtype=float)))
+
+
 @dataclass
 class Epidemic:
     "A simulated metapopulation epidemic; compartments are counts, one column per region."
@@ -49,7 +62,8 @@ class Epidemic:
     I: np.ndarray          # (T+1, V) infectious
     R: np.ndarray          # (T+1, V) removed
     incidence: np.ndarray  # (T, V) new infections per day
-    reported: np.ndarray   # (T, V) reported cases, NegBin around the incidence
+    reported: np.ndarray   # (T, V) reported cases: Poisson (or NegBin) around the incidence
+    dispersion: float = math.inf   # the reporting noise: NegBin alpha, inf = Poisson
 
 
 def simulate_metapop_sir(population,               # (V,) residents per region
@@ -58,10 +72,10 @@ def simulate_metapop_sir(population,               # (V,) residents per region
                          t_inf: float = 5.0,       # mean infectious period in days
                          i0_frac: float = 2e-4,    # initial infectious share in every region
                          imports: float = 1.0,     # expected imported infections per region and day
-                         dispersion: float = 5.0,  # NegBin reporting dispersion alpha: var = mu + mu^2 / alpha
+                         dispersion: float = math.inf,  # reporting noise: NegBin alpha (var = mu + mu^2 / alpha); inf = Poisson (var = mu)
                          rng: np.random.Generator | None = None,
                          ) -> Epidemic:
-    "Discrete-time metapopulation SIR, Eq. (epidiff-eq-metapop), with negative-binomial reporting."
+    "Discrete-time metapopulation SIR, Eq. (epidiff-eq-metapop), with Poisson reporting (negative-binomial for a finite dispersion)."
     population = _check_population(population)
     V = len(population)
     mobility = np.asarray(mobility, dtype=float)
@@ -70,7 +84,7 @@ def simulate_metapop_sir(population,               # (V,) residents per region
     r0 = np.asarray(r0, dtype=float)
     if r0.ndim != 2 or r0.shape[1] != V or np.any(r0 < 0):
         raise ValueError(f"r0 must be a non-negative (T, {V}) array, got shape {r0.shape}")
-    if t_inf <= 0 or dispersion <= 0 or imports < 0 or not 0 < i0_frac < 1:
+    if t_inf <= 0 or not dispersion > 0 or imports < 0 or not 0 < i0_frac < 1:
         raise ValueError("need t_inf > 0, dispersion > 0, imports >= 0 and i0_frac in (0, 1)")
     rng = np.random.default_rng(0) if rng is None else rng
     T, gamma = len(r0), 1.0 / t_inf
@@ -86,8 +100,8 @@ def simulate_metapop_sir(population,               # (V,) residents per region
         recovered = I[t] * -np.expm1(-gamma)
         S[t + 1], I[t + 1], R[t + 1] = S[t] - new, I[t] + new - recovered, R[t] + recovered
         incidence[t] = new
-    reported = rng.negative_binomial(dispersion, dispersion / (dispersion + incidence))
-    return Epidemic(S, I, R, incidence, reported)
+    reported = report_counts(incidence, dispersion, rng)
+    return Epidemic(S, I, R, incidence, reported, float(dispersion))
 
 # %% ../nbs/18_epidiff.ipynb #6fb023de
 @dataclass
@@ -105,8 +119,9 @@ def synthetic_world(seed: int, n_regions: int = 8, n_days: int = 320, train_days
                     shift: float = 1.6,        # R0 multiplier after shift_day
                     segment: int = 25,         # days between changes of R0 (interventions)
                     r0_range=(0.8, 1.4),       # R0 of a segment before the shift, uniform
+                    dispersion: float = math.inf,   # reporting noise: inf = Poisson (this chapter's world), else NegBin alpha
                     ) -> World:
-    "8 regions, gravity-free random mobility, piecewise-constant R0(t) and a regime shift only in the test period."
+    "8 regions, gravity-free random mobility, piecewise-constant R0(t), Poisson reporting and a regime shift only in the test period."
     if not 0 < train_days < shift_day < n_days:
         raise ValueError(f"need 0 < train_days < shift_day < n_days, got {train_days}, {shift_day}, {n_days}")
     rng = np.random.default_rng(seed)
@@ -118,7 +133,7 @@ def synthetic_world(seed: int, n_regions: int = 8, n_days: int = 320, train_days
     level = np.repeat(rng.uniform(*r0_range, n_days // segment + 1), segment)[:n_days]
     r0 = level[:, None] * rng.uniform(0.9, 1.1, n_regions)[None]
     r0[shift_day:] *= shift
-    return World(population, mobility, r0, simulate_metapop_sir(population, mobility, r0, rng=rng), train_days, shift_day)
+    return World(population, mobility, r0, simulate_metapop_sir(population, mobility, r0, dispersion=dispersion, rng=rng), train_days, shift_day)
 
 
 def make_windows(reported,       # (T, V) reported counts
@@ -192,8 +207,17 @@ def sir_curves(eta,          # (P, K, 3) parameters (log R0, log T_inf, log c_0)
     return np.stack(out, -1) * population[:, None, None]
 
 
+def reporting_nll(y, mu, dispersion: float) -> tuple[np.ndarray, np.ndarray]:
+    "-log p(y | mu) of the reporting noise and its derivative in mu: NegBin(mean mu, alpha = dispersion), or Poisson(mu) for inf."
+    if math.isinf(dispersion):
+        return mu - y * np.log(mu) + gammaln(y + 1), 1 - y / mu
+    a = dispersion
+    nll = gammaln(a) + gammaln(y + 1) - gammaln(y + a) - a * np.log(a / (a + mu)) - y * np.log(mu / (a + mu))
+    return nll, (a + y) / (a + mu) - y / mu
+
+
 def sir_neg_log_posterior(eta, y_hist, population, s0, level, dispersion: float = 5.0):
-    "Negative log posterior l(eta) of Eq. (epidiff-eq-map) and its exact gradient; eta (P, 3) -> (P,), (P, 3)."
+    "Negative log posterior l(eta) of Eq. (epidiff-eq-map) and its exact gradient; eta (P, 3) -> (P,), (P, 3); dispersion inf = Poisson."
     b, g, c0 = np.exp(eta[:, 0] - eta[:, 1]), np.exp(-eta[:, 1]), np.exp(eta[:, 2]) / population
     eg = np.exp(-g)
     zero = np.zeros_like(g)
@@ -205,52 +229,19 @@ def sir_neg_log_posterior(eta, y_hist, population, s0, level, dispersion: float 
     prior = np.column_stack([(eta[:, :2] - PRIOR_MEAN) / PRIOR_STD, (eta[:, 2] - level) / LEVEL_PRIOR_STD])
     f = 0.5 * (prior ** 2).sum(1)
     grad = prior / np.r_[PRIOR_STD, LEVEL_PRIOR_STD]
-    a = dispersion
     for t in range(y_hist.shape[1]):
         e = np.exp(-b * i)
         new = s * (1 - e)                                                    # c_t
         dnew = ds * (1 - e)[:, None] + (s * e)[:, None] * (db * i[:, None] + b[:, None] * di)
         mu, y = population * new, y_hist[:, t]
-        f += gammaln(a) + gammaln(y + 1) - gammaln(y + a) - a * np.log(a / (a + mu)) - y * np.log(mu / (a + mu))
-        grad += ((a + y) / (a + mu) - y / mu)[:, None] * population[:, None] * dnew   # d(-log NB)/d mu * d mu/d eta
+        nll, dnll = reporting_nll(y, mu, dispersion)
+        f += nll
+        grad += dnll[:, None] * population[:, None] * dnew                    # d(-log p)/d mu * d mu/d eta
         s, ds = s - new, ds - dnew
         i, di = i * eg + new, di * eg[:, None] - (i * eg)[:, None] * dg + dnew
     return f, grad
 
 
-def fit_sir_map(y_hist,                   # (P, T_h) reported counts, one row per region-window
-                population,               # (P,) or a scalar: residents
-                s0,                       # (P,) or a scalar: susceptible share at the window start
-                dispersion: float = 5.0,  # NegBin alpha of the likelihood
-                starts=SIR_STARTS,        # (n_starts, 2) starting (log R0, log T_inf); log c_0 starts at its prior centre
-                ) -> tuple[np.ndarray, np.ndarray]:
-    "MAP of eta = (log R0, log T_inf, log c_0), Eq. (epidiff-eq-map), by L-BFGS-B from several starts; -> eta (P, 3), l (P,)."
-    y_hist, population, s0, level = _sir_inputs(y_hist, population, s0)
-    P = len(y_hist)
-    lo, hi = _bounds(population, s0)
-    bounds = list(zip(lo.ravel(), hi.ravel()))
-
-    def objective(x):   # independent problems: the minimiser of the sum is every problem's minimiser
-        f, g = sir_neg_log_posterior(x.reshape(P, 3), y_hist, population, s0, level, dispersion)
-        return f.sum(), g.ravel()
-
-    best, best_f = None, None
-    for start in np.asarray(starts, dtype=float):
-        x0 = np.clip(np.column_stack([np.tile(start, (P, 1)), level]), lo, hi)
-        res = scipy.optimize.minimize(objective, x0.ravel(), jac=True, method="L-BFGS-B", bounds=bounds,
-                                      options=dict(maxiter=2000, ftol=1e-15, gtol=1e-7))
-        if not res.success:
-            warnings.warn(f"fit_sir_map: L-BFGS-B from start {np.exp(start).round(2)} stopped early: {res.message}")
-        eta = res.x.reshape(P, 3)
-        f = sir_neg_log_posterior(eta, y_hist, population, s0, level, dispersion)[0]
-        if best is None:
-            best, best_f = eta.copy(), f
-        else:
-            better = f < best_f
-            best[better], best_f = eta[better], np.where(better, f, best_f)
-    return best, best_f
-
-# %% ../nbs/18_epidiff.ipynb #a4d1bc58
 def numerical_hessian(grad_fn,          # maps x (P, d) -> gradients (P, d) of P independent objectives
                       x,                # (P, d) point
                       h: float = 1e-4,  # central-difference step
@@ -266,17 +257,79 @@ def numerical_hessian(grad_fn,          # maps x (P, d) -> gradients (P, d) of P
     return (H + H.transpose(0, 2, 1)) / 2
 
 
+def fit_sir_map(y_hist,                   # (P, T_h) reported counts, one row per region-window
+                population,               # (P,) or a scalar: residents
+                s0,                       # (P,) or a scalar: susceptible share at the window start
+                dispersion: float = 5.0,  # NegBin alpha of the likelihood (the released code's 5); inf = Poisson
+                starts=SIR_STARTS,        # (n_starts, 2) starting (log R0, log T_inf); log c_0 starts at its prior centre
+                lbfgs_iters: int = 100,   # batched L-BFGS-B iterations per start, before the per-window Newton polish
+                newton_steps: int = 8,
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """MAP of eta = (log R0, log T_inf, log c_0), Eq. (epidiff-eq-map), from several starts; -> eta (P, 3), l (P,).
+
+    Batched L-BFGS-B brings every window near its minimum; L-BFGS's shared memory converges slowly on many windows of
+    different curvature (Poisson likelihoods of large counts), so each window is then polished by projected Newton steps
+    (exact gradient, Hessian by central differences, eigenvalues floored, step halved until l decreases, box kept)."""
+    y_hist, population, s0, level = _sir_inputs(y_hist, population, s0)
+    P = len(y_hist)
+    lo, hi = _bounds(population, s0)
+    bounds = list(zip(lo.ravel(), hi.ravel()))
+
+    # independent problems: the minimiser of a positively weighted sum is every problem's minimiser. Each window is divided
+    # by 1 + its information about the log level, sum_t y_t / (1 + y_t / alpha), so that windows of 10 and of 10^4 cases a day
+    # have comparable curvature (under Poisson noise L-BFGS-B otherwise needs thousands of iterations on the batch)
+    weight = 1 + (y_hist / (1 + y_hist / dispersion)).sum(1)
+
+    def objective(x):
+        f, g = sir_neg_log_posterior(x.reshape(P, 3), y_hist, population, s0, level, dispersion)
+        return (f / weight).sum(), (g / weight[:, None]).ravel()
+
+    best, best_f = None, None
+    for start in np.asarray(starts, dtype=float):
+        x0 = np.clip(np.column_stack([np.tile(start, (P, 1)), level]), lo, hi)
+        res = scipy.optimize.minimize(objective, x0.ravel(), jac=True, method="L-BFGS-B", bounds=bounds,
+                                      options=dict(maxiter=lbfgs_iters, ftol=1e-15, gtol=1e-7))
+        if res.status not in (0, 1):      # 1: the iteration budget, which the Newton polish continues from
+            warnings.warn(f"fit_sir_map: L-BFGS-B from start {np.exp(start).round(2)} stopped early: {res.message}")
+        eta = res.x.reshape(P, 3)
+        f = sir_neg_log_posterior(eta, y_hist, population, s0, level, dispersion)[0]
+        nlp = lambda e: sir_neg_log_posterior(e, y_hist, population, s0, level, dispersion)
+        for _ in range(newton_steps):
+            lam, Q = np.linalg.eigh(numerical_hessian(lambda e: nlp(e)[1], eta))
+            step = np.einsum("pij,pj,pkj,pk->pi", Q, 1 / np.maximum(lam, 1e-6), Q, nlp(eta)[1])
+            moved = np.zeros(P, dtype=bool)
+            for a in (1.0, 0.5, 0.25, 0.1):
+                cand = np.clip(eta - a * step, lo, hi)
+                f_cand = nlp(cand)[0]
+                ok = f_cand < f
+                eta, f, step = np.where(ok[:, None], cand, eta), np.where(ok, f_cand, f), np.where(ok[:, None], 0.0, step)
+                moved |= ok
+                if not step.any():       # every window has taken its step: the smaller ones would not move it
+                    break
+            if not moved.any():          # no window moved: another step from the same point would not either
+                break
+        if best is None:
+            best, best_f = eta.copy(), f
+        else:
+            better = f < best_f
+            best[better], best_f = eta[better], np.where(better, f, best_f)
+    return best, best_f
+
+# %% ../nbs/18_epidiff.ipynb #a4d1bc58
 def laplace_from_hessian(H,              # (P, d, d) Hessians of the negative log posterior at the MAP
                          floor: float,   # precision given to non-positive curvature directions
                          ) -> tuple[np.ndarray, np.ndarray]:
     """Laplace covariance Sigma = H^{-1}, Eq. (epidiff-eq-laplace); -> Sigma (P, d, d), projected (P,).
 
-    A MAP on the boundary of the box can have an indefinite Hessian. For such a window only, every eigenvalue below
-    `floor` (the smallest prior precision: a Hessian whose likelihood part is positive semi-definite never goes below
-    it) is raised to `floor`, and `projected` flags the window; windows with a positive definite Hessian are untouched."""
+    `floor` is the smallest prior precision: a Hessian whose likelihood part is positive semi-definite never has an
+    eigenvalue below it. Where the likelihood curves the wrong way (typically a MAP on the boundary of the box, fitting
+    the window badly), the Hessian can be indefinite, or positive definite with an eigenvalue near zero, which would give
+    a covariance far wider than the prior and sigma points far outside the box. In such a window every eigenvalue below
+    `floor` is raised to it, so the posterior is never wider than the prior in any direction, and `projected` flags the
+    window; every other window is untouched."""
     lam, Q = np.linalg.eigh(H)
-    projected = lam[:, 0] <= 0
-    lam = np.where(projected[:, None], np.maximum(lam, floor), lam)
+    projected = lam[:, 0] < floor
+    lam = np.maximum(lam, floor)
     return np.einsum("pij,pj,pkj->pik", Q, 1 / lam, Q), projected
 
 
@@ -361,8 +414,9 @@ def mechanistic_forecast(y_hist,               # (P, T_h) reported counts
                          population,           # (P,) residents
                          s0,                   # (P,) susceptible share at the history's start
                          horizon: int = 7,
-                         dispersion: float = 5.0,
+                         dispersion: float = 5.0,  # the likelihood's NegBin alpha; inf = Poisson
                          teacher_forced=None,  # (P, horizon) TRUE future appended step by step: the leak, ablation only
+                         posterior: MechanisticForecast | None = None,  # reuse its MAP and Laplace covariance (same y_hist) instead of fitting
                          ) -> MechanisticForecast:
     "MAP (Eq. epidiff-eq-map) -> Laplace (epidiff-eq-laplace) -> unscented transform (epidiff-eq-ut) of the rollout."
     y_hist, population, s0, _ = _sir_inputs(y_hist, population, s0)
@@ -372,8 +426,13 @@ def mechanistic_forecast(y_hist,               # (P, T_h) reported counts
         teacher_forced = _check_counts(teacher_forced, "teacher_forced")
         if teacher_forced.shape != (len(y_hist), horizon):
             raise ValueError(f"teacher_forced must have shape {(len(y_hist), horizon)}, got {teacher_forced.shape}")
-    eta, _ = fit_sir_map(y_hist, population, s0, dispersion)
-    cov, projected = laplace_cov(y_hist, population, s0, eta, dispersion)
+    if posterior is None:
+        eta, _ = fit_sir_map(y_hist, population, s0, dispersion)
+        cov, projected = laplace_cov(y_hist, population, s0, eta, dispersion)
+    elif posterior.eta.shape != (len(y_hist), 3):
+        raise ValueError(f"posterior must come from the same {len(y_hist)} region-windows, got eta of shape {posterior.eta.shape}")
+    else:
+        eta, cov, projected = posterior.eta, posterior.cov, posterior.projected
     n_days = y_hist.shape[1] + horizon
     F = lambda pts: np.log1p(rollout(sir_curves(pts, population, s0, n_days), y_hist, teacher_forced=teacher_forced))
     mean, C = unscented_transform(F, eta, cov)
@@ -411,16 +470,17 @@ def uncertainty_to_sigma(u,                          # (...) mechanistic varianc
 def sir_predictive_samples(forecast: MechanisticForecast,
                            n_samples: int,
                            rng: np.random.Generator,
-                           dispersion: float = 5.0,   # NB alpha, as in the likelihood of Eq. (epidiff-eq-map)
+                           dispersion: float = 5.0,   # NB alpha, as in the likelihood of Eq. (epidiff-eq-map); inf = Poisson
                            inflation: float = 1.0,    # multiplies the UT standard deviation sqrt(u)
                            ) -> np.ndarray:
-    "Posterior-predictive counts of the SIR pipeline: NB(lambda, alpha) with log(1 + lambda) ~ N(mean_log, inflation^2 u); -> (P, T_p, n)."
+    "Posterior-predictive counts of the SIR pipeline: NB(lambda, alpha) (Poisson for alpha = inf) with log(1 + lambda) ~ N(mean_log, inflation^2 u); -> (P, T_p, n)."
     if int(n_samples) != n_samples or n_samples < 1 or not inflation > 0 or not dispersion > 0:
         raise ValueError(f"need a positive integer n_samples and inflation, dispersion > 0; got {n_samples}, {inflation}, {dispersion}")
     z = rng.standard_normal(forecast.mean_log.shape + (int(n_samples),))
     lam = np.expm1(forecast.mean_log[..., None] + inflation * np.sqrt(forecast.var_log)[..., None] * z)
-    lam = np.maximum(lam, 1e-12)          # 1 + lambda < 1 means an expected count below zero: treat it as (almost) zero
-    return rng.negative_binomial(dispersion, dispersion / (dispersion + lam)).astype(float)
+    lam = np.clip(lam, 1e-12, 1e12)       # 1 + lambda < 1 means an expected count below zero: treat it as (almost) zero;
+                                          # above 1e12 (far beyond any population) the draw has diverged, and Poisson needs a finite rate
+    return report_counts(lam, dispersion, rng).astype(float)
 
 # %% ../nbs/18_epidiff.ipynb #2ebce309
 def make_scheduler(num_train_timesteps: int = 200, beta_end: float = 0.1) -> DDPMScheduler:
@@ -481,7 +541,7 @@ def train_ddpm(model: EpsNet, x0, cond,   # x0 (N, 1, V, T) clean windows, cond 
     if x0.ndim != 4 or x0.shape[1] != 1 or len(cond) != len(x0):
         raise ValueError(f"x0 must be (N, 1, V, T) and cond (N, C, V, T); got {tuple(x0.shape)} and {tuple(cond.shape)}")
     g = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, foreach=True)  # one fused update for all the small tensors
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     losses = []
     model.train()
