@@ -17,12 +17,14 @@ export ICMLBOOK_SCALE ?= ci
 install: $(STAMP) $(MATHJAX)
 
 # torch==2.13.0 only when no torch is present (a CPU build here); the nbdev 2 toolchain is pinned
-# in constraints.txt, the one place both `make` and CI read it from.
+# in constraints.txt, the one place both `make` and CI read it from. The `peers` extra (torchao, bitsandbytes: the
+# low-bit optimizers chapter 04 and its benchmark compare BAS with) is installed too, so tests and bench run them;
+# `import icmlbook` drops the CUDA-library messages their import logs on a CPU machine (icmlbook/__init__.py).
 $(STAMP): settings.ini setup.py constraints.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev]"
+	$(PY) -m pip install -q -c constraints.txt -e ".[dev,peers]"
 	touch $@
 
 # MathJax 3 from the npm registry, copied into the book's static files so maths renders offline.
@@ -74,10 +76,8 @@ colab-test: install
 
 # The Performance appendix's numbers: medians over repeated runs, ratios against the reference a reader would
 # use. Not part of `make test`'s timing; `make test` runs every case once at a tiny size (tests/test_bench.py).
-# The bench also times the optional low-bit peers of chapter 04 (the `peers` extra), so it installs them. They stay out of
-# `make install`: importing transformers or diffusers with torchao present prints CUDA-library messages into every page.
+# The bench also times the optional low-bit peers of chapter 04 (the `peers` extra, installed by `make install`).
 bench: install
-	$(PY) -m pip install -q -c constraints.txt -e ".[dev,peers]"
 	$(PY) benchmarks/run.py
 
 # Mutation testing of one chapter's tests: `make mutate SLUG=bas` writes results/mutation/bas.json for the Test

@@ -85,16 +85,27 @@ def _mlp(numel: int):
 
 
 @case("bas_step", sizes=[10_000_000], tiny=[20_000],
-      what="One optimizer step on a model of eight square linear layers (size = parameters), gradients fixed: "
-           "BAS with the FP8 and the fp32 first moment against torch's AdamW (foreach, and fused where supported); "
-           "Signum and torch's Adafactor for context. `state_ratio` is the optimizer state's bytes over AdamW's. "
+      what="One optimizer step on a model of eight square linear layers (size = parameters; the width a multiple of 16, "
+           "so that torchao's blocks of 256 tile every weight), gradients fixed: BAS with the FP8 and the fp32 first "
+           "moment against torch's AdamW (foreach, and fused where supported); the low-bit peers a reader would pick "
+           "instead, torchao's AdamW8bit, AdamWFp8 and AdamW4bit and bitsandbytes' AdamW8bit (when the `peers` extra "
+           "is installed; made for GPUs, timed here on the CPU, torchao after its first, compiling step); Signum and "
+           "torch's Adafactor for context. `state_bytes` is the optimizer state (icmlbook.bas.state_bytes: every "
+           "storage once, scales and quantisation maps included), `state_ratio` its ratio to AdamW's; `ratio` and "
+           "`ratio_fused` are the step time over AdamW foreach's and fused's. "
            "Targets of issue 3: eager BAS-FP8 <= 1.5 x AdamW foreach; compiled <= 1.0 x AdamW fused; state 0.125-0.14.",
       sources=["icmlbook/bas.py"])
 def bas_step(numel: int) -> list[dict]:
     import inspect
     import torch
-    from icmlbook.bas import BAS, Signum, state_bytes
+    from icmlbook.bas import BAS, Signum, peer_optimizer, peers_available, quiet_peer_steps, state_bytes
     kw = dict(lr=1e-3, weight_decay=0.01)
+    width = 16 * max(1, round((numel / 8) ** 0.5 / 16))
+
+    def model_():
+        model = _mlp(8 * width * width)  # _mlp's width is int(sqrt(numel / 8)): exactly `width`
+        assert model[0].in_features == width
+        return model
     arms = {"AdamW foreach": lambda ps: torch.optim.AdamW(ps, foreach=True, **kw)}
     try:
         torch.optim.AdamW([torch.zeros(1, requires_grad=True)], fused=True)
@@ -105,19 +116,27 @@ def bas_step(numel: int) -> list[dict]:
     arms["BAS-FP32"] = lambda ps: BAS(ps, state_dtype=torch.float32, **kw)
     if "compile" in inspect.signature(BAS).parameters:
         arms["BAS-FP8 compiled"] = lambda ps: BAS(ps, compile=True, **kw)
+    peer_names = {"ao-adamw8bit": "torchao AdamW8bit", "ao-adamwfp8": "torchao AdamWFp8",
+                  "ao-adamw4bit": "torchao AdamW4bit", "bnb-adamw8bit": "bitsandbytes AdamW8bit"}
+    for peer in peers_available():
+        arms[peer_names[peer]] = lambda ps, cls=peer_optimizer(peer): cls(ps, **kw)
     arms["Signum"] = lambda ps: Signum(ps, lr=1e-3)
     if hasattr(torch.optim, "Adafactor"):
         arms["Adafactor"] = lambda ps: torch.optim.Adafactor(ps, lr=1e-2)
     rows, ref_bytes = [], None
     for name, make in arms.items():
-        model = _mlp(numel)
+        model = model_()
         opt = make(list(model.parameters()))
-        opt.step()  # creates the state (and compiles, for a compiled step)
-        sb = state_bytes(opt)
-        ref_bytes = ref_bytes or sb
-        rows.append({"variant": name, "size": sum(p.numel() for p in model.parameters()),
-                     "seconds": median_time(opt.step, 9 if numel > 1e6 else 5, 2),
-                     "state_ratio": sb / ref_bytes, "reference": None if name == "AdamW foreach" else "AdamW foreach"})
+        with quiet_peer_steps():
+            opt.step()  # creates the state (and compiles, for a compiled step)
+            sb = state_bytes(opt)
+            ref_bytes = ref_bytes or sb
+            rows.append({"variant": name, "size": sum(p.numel() for p in model.parameters()),
+                         "seconds": median_time(opt.step, 9 if numel > 1e6 else 5, 2), "state_bytes": sb,
+                         "state_ratio": sb / ref_bytes, "reference": None if name == "AdamW foreach" else "AdamW foreach"})
+    fused = next((r["seconds"] for r in rows if r["variant"] == "AdamW fused"), None)
+    for r in rows:
+        r["ratio_fused"] = r["seconds"] / fused if fused else None
     return rows
 
 

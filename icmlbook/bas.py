@@ -3,10 +3,14 @@
 # %% ../nbs/04_bas.ipynb #c3d5e6fd
 from __future__ import annotations
 
+import contextlib
 import functools
+import importlib
 import math
 import os
+import time
 import types
+import warnings
 from collections.abc import Callable, Iterable
 
 import numpy as np
@@ -17,11 +21,12 @@ from torch import Tensor, nn
 from .core import num_threads, progress, seed_everything
 
 # %% auto #0
-__all__ = ['FP8_MAX', 'STATE_DTYPES', 'BLOCK_SCALES', 'N_EVALS', 'block_layout', 'to_blocks', 'from_blocks', 'block_mean',
-           'quantize_fp8', 'dequantize_fp8', 'fp8_e4m3_to_float', 'BAS', 'bas_fp8_update', 'compiled_update',
-           'state_bytes', 'Signum', 'pack_signs', 'unpack_signs', 'DistributedBAS', 'vote_bytes', 'wire_bytes',
-           'vote_demo_model', 'vote_demo_batch', 'majority_vote_worker', 'torchrun_demo', 'char_corpus', 'tiny_gpt2',
-           'make_optimizer', 'warmup_cosine', 'train_lm', 'encoded_corpus', 'lm_task', 'run_tasks']
+__all__ = ['FP8_MAX', 'STATE_DTYPES', 'BLOCK_SCALES', 'PEERS', 'OPTIMIZERS', 'N_EVALS', 'block_layout', 'to_blocks',
+           'from_blocks', 'block_mean', 'quantize_fp8', 'dequantize_fp8', 'fp8_e4m3_to_float', 'BAS', 'bas_fp8_update',
+           'compiled_update', 'state_bytes', 'quiet_peer_steps', 'peer_optimizer', 'peers_available', 'Signum',
+           'pack_signs', 'unpack_signs', 'DistributedBAS', 'vote_bytes', 'wire_bytes', 'vote_demo_model',
+           'vote_demo_batch', 'majority_vote_worker', 'torchrun_demo', 'char_corpus', 'tiny_gpt2', 'make_optimizer',
+           'warmup_cosine', 'train_lm', 'encoded_corpus', 'step_timer', 'lm_task', 'run_tasks']
 
 # %% ../nbs/04_bas.ipynb #39ee1e73
 FP8_MAX = 448.0  # largest finite value of torch.float8_e4m3fn
@@ -391,12 +396,57 @@ def compiled_update(layout: tuple[int, int],  # (n_blocks, block_len)
     return torch.compile(fn, dynamic=False, fullgraph=True)
 
 # %% ../nbs/04_bas.ipynb #6ce6176f
+def _plain_tensors(x) -> Iterable[Tensor]:
+    "The plain tensors holding `x`: through dicts, lists and tuples, and into tensor subclasses through `__tensor_flatten__`."
+    if isinstance(x, Tensor):
+        if hasattr(x, "__tensor_flatten__"):  # a tensor subclass (torchao's quantised states): its inner tensors
+            for name in x.__tensor_flatten__()[0]: yield from _plain_tensors(getattr(x, name))
+        else: yield x
+    elif isinstance(x, dict):
+        for v in x.values(): yield from _plain_tensors(v)
+    elif isinstance(x, (list, tuple)):
+        for v in x: yield from _plain_tensors(v)
+
 def state_bytes(optimizer: torch.optim.Optimizer) -> int:
-    "Bytes held by the tensors in `optimizer.state` (Eq. bas-eq-bytes for BAS); 0 before the first step."
+    "Bytes of the storage behind `optimizer.state` (Eq. bas-eq-bytes for BAS), each storage counted once; 0 before the first step."
     if not isinstance(optimizer, torch.optim.Optimizer):
         raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
-    return sum(t.numel() * t.element_size() for st in optimizer.state.values()
-               for t in st.values() if isinstance(t, Tensor))
+    storages = {}  # (device, address) -> bytes: a tensor shared between parameters (a quantisation map) counts once
+    for t in _plain_tensors(list(optimizer.state.values())):
+        s = t.untyped_storage()
+        storages[t.device, s.data_ptr()] = s.nbytes()
+    return sum(storages.values())
+
+# %% ../nbs/04_bas.ipynb #cfba060e
+PEERS = {  # name -> (module, class): the low-bit AdamWs a reader would use instead of BAS (extra: pip install icmlbook[peers])
+    "ao-adamw8bit": ("torchao.optim", "AdamW8bit"), "ao-adamwfp8": ("torchao.optim", "AdamWFp8"),
+    "ao-adamw4bit": ("torchao.optim", "AdamW4bit"), "bnb-adamw8bit": ("bitsandbytes.optim", "AdamW8bit")}
+
+@contextlib.contextmanager
+def quiet_peer_steps():
+    "Hide the one warning torch gives on torchao's first (compiled) step: its state subclasses have no AOT-cache hash."
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*does not implement _stable_hash_for_caching")
+        yield
+
+def peer_optimizer(name: str,  # a key of PEERS, e.g. "bnb-adamw8bit"
+                   ) -> type:
+    "The class of the peer optimizer `name`; ImportError naming the `peers` extra when its package is missing."
+    if name not in PEERS: raise ValueError(f"name must be one of {tuple(PEERS)}, got {name!r}")
+    module, cls = PEERS[name]
+    try:
+        return getattr(importlib.import_module(module), cls)
+    except ImportError as e:
+        raise ImportError(f"the optimizer {name!r} needs {module.split('.')[0]}, an optional dependency: "
+                          "pip install icmlbook[peers]") from e
+
+def peers_available() -> list[str]:
+    "The names in PEERS whose package imports here, in PEERS' order."
+    out = []
+    for name in PEERS:
+        try: peer_optimizer(name); out.append(name)
+        except ImportError: pass
+    return out
 
 # %% ../nbs/04_bas.ipynb #1f21d066
 class Signum(torch.optim.Optimizer):
@@ -595,7 +645,9 @@ def tiny_gpt2(vocab_size: int,  # number of characters
     seed_everything(seed)
     return GPT2LMHeadModel(cfg)
 
-def make_optimizer(name: str,  # "adamw", "bas-fp8", "bas-fp32" or "signum"
+OPTIMIZERS = ("adamw", "bas-fp8", "bas-fp32", "signum", *PEERS)  # the names make_optimizer knows
+
+def make_optimizer(name: str,  # one of OPTIMIZERS: "adamw", "bas-fp8", "bas-fp32", "signum" or a peer (see PEERS)
                    model: nn.Module,
                    lr: float,
                    betas: tuple[float, float] = (0.9, 0.95),  # AdamW's
@@ -609,7 +661,8 @@ def make_optimizer(name: str,  # "adamw", "bas-fp8", "bas-fp32" or "signum"
     if name == "bas-fp8": return BAS(groups, lr=lr, betas=betas, eps=eps)
     if name == "bas-fp32": return BAS(groups, lr=lr, betas=betas, eps=eps, state_dtype=torch.float32)
     if name == "signum": return Signum(groups, lr=lr, momentum=betas[0])
-    raise ValueError(f"name must be one of 'adamw', 'bas-fp8', 'bas-fp32', 'signum', got {name!r}")
+    if name in PEERS: return peer_optimizer(name)(groups, lr=lr, betas=betas, eps=eps)
+    raise ValueError(f"name must be one of {OPTIMIZERS}, got {name!r}")
 
 def warmup_cosine(optimizer: torch.optim.Optimizer, steps: int, warmup: float = 0.1) -> torch.optim.lr_scheduler.LambdaLR:
     "Linear warm-up over the first `warmup` fraction of `steps`, then cosine decay to zero."
@@ -677,17 +730,28 @@ def encoded_corpus(context: int = 32, n_val: int = 128) -> dict[str, Tensor]:
 
 N_EVALS = 4  # validation points per run after step 0: the curves' resolution (the evaluations do not change training)
 
+def step_timer(optimizer: torch.optim.Optimizer) -> list[float]:
+    "A list that receives the wall time (s) of every later `optimizer.step()`, through torch's step hooks."
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    times, start = [], []
+    optimizer.register_step_pre_hook(lambda *_: start.append(time.perf_counter()))
+    optimizer.register_step_post_hook(lambda *_: times.append(time.perf_counter() - start.pop()))
+    return times
+
 def lm_task(task: dict) -> dict:
-    "One run: task = {optimizer, lr, seed, steps[, init (a state_dict), data ('pretrain' or 'finetune')]}; returns train_lm's result (+ weights)."
-    with num_threads(1):  # one thread per run, in the pool or in this process
+    "One run: task = {optimizer, lr, seed, steps[, init (a state_dict), data ('pretrain' or 'finetune'), n_evals]}; returns train_lm's result, the state bytes, the median step time (+ weights)."
+    with num_threads(1), quiet_peer_steps():  # one thread per run, in the pool or in this process
         data = encoded_corpus()
         model = tiny_gpt2(int(data["vocab_size"]), task["seed"])
         if task.get("init") is not None: model.load_state_dict(task["init"])
         opt = make_optimizer(task["optimizer"], model, task["lr"])
+        times = step_timer(opt)
         ft = task.get("data", "pretrain") == "finetune"
         out = train_lm(model, opt, data["ft_train" if ft else "train"], data["ft_val" if ft else "val"],
-                       task["steps"], task["seed"], n_evals=N_EVALS, test=None if ft else data["test"])
+                       task["steps"], task["seed"], n_evals=task.get("n_evals", N_EVALS), test=None if ft else data["test"])
         out["state_bytes"] = state_bytes(opt)
+        out["step_seconds"] = float(np.median(times)) if times else float("nan")  # the median: a first compiling step is one outlier
         if task.get("keep_weights"): out["weights"] = {k: v.clone() for k, v in model.state_dict().items()}
         return dict(task, init=None, **out)
 
