@@ -26,7 +26,7 @@ __all__ = ['FP8_MAX', 'STATE_DTYPES', 'BLOCK_SCALES', 'PEERS', 'OPTIMIZERS', 'N_
            'compiled_update', 'state_bytes', 'quiet_peer_steps', 'peer_optimizer', 'peers_available', 'Signum',
            'pack_signs', 'unpack_signs', 'DistributedBAS', 'vote_bytes', 'wire_bytes', 'vote_demo_model',
            'vote_demo_batch', 'majority_vote_worker', 'torchrun_demo', 'char_corpus', 'tiny_gpt2', 'make_optimizer',
-           'warmup_cosine', 'train_lm', 'encoded_corpus', 'step_timer', 'lm_task', 'run_tasks']
+           'warmup_cosine', 'train_lm', 'encoded_corpus', 'step_timer', 'l1_ratio', 'lm_task', 'run_tasks']
 
 # %% ../nbs/04_bas.ipynb #39ee1e73
 FP8_MAX = 448.0  # largest finite value of torch.float8_e4m3fn
@@ -739,28 +739,64 @@ def step_timer(optimizer: torch.optim.Optimizer) -> list[float]:
     optimizer.register_step_post_hook(lambda *_: times.append(time.perf_counter() - start.pop()))
     return times
 
+def l1_ratio(opt: torch.optim.Optimizer) -> float:
+    "l1 mass of BAS's step (row blocks) over AdamW's, both computed from AdamW's (or Adam's) own bias-corrected moments, weight decay left out."
+    if not isinstance(opt, (torch.optim.Adam, torch.optim.AdamW)):
+        raise TypeError(f"opt must be a torch.optim.AdamW (or Adam), got {type(opt).__name__}")
+    num = den = 0.0
+    for group in opt.param_groups:
+        b1, b2 = group["betas"]
+        for p in group["params"]:
+            st = opt.state[p]
+            if not st: continue  # no step taken for this parameter
+            t = float(st["step"])
+            m, v = st["exp_avg"] / (1 - b1 ** t), st["exp_avg_sq"] / (1 - b2 ** t)
+            den += float((m.abs() / (v.sqrt() + group["eps"])).sum())
+            mb, vb = to_blocks(m), to_blocks(v)
+            alpha = mb.abs().mean(1, keepdim=True) / (vb.mean(1, keepdim=True).sqrt() + group["eps"])
+            num += float((alpha * mb.sign().abs()).sum())
+    return num / den
+
 def lm_task(task: dict) -> dict:
-    "One run: task = {optimizer, lr, seed, steps[, init (a state_dict), data ('pretrain' or 'finetune'), n_evals]}; returns train_lm's result, the state bytes, the median step time (+ weights)."
+    "One run: task = {optimizer, lr, seed, steps[, init (a state_dict), data ('pretrain' or 'finetune'), n_evals, l1 (track l1_ratio after every step: AdamW only)]}; returns train_lm's result, the state bytes, the median step time (+ l1_curve, + weights)."
     with num_threads(1), quiet_peer_steps():  # one thread per run, in the pool or in this process
         data = encoded_corpus()
         model = tiny_gpt2(int(data["vocab_size"]), task["seed"])
         if task.get("init") is not None: model.load_state_dict(task["init"])
         opt = make_optimizer(task["optimizer"], model, task["lr"])
         times = step_timer(opt)
+        if task.get("data", "pretrain") not in ("pretrain", "finetune"):
+            raise ValueError(f"task['data'] must be 'pretrain' or 'finetune', got {task['data']!r}")
         ft = task.get("data", "pretrain") == "finetune"
+        l1 = {}  # step -> l1_ratio after it: read from the optimizer's state, so the run itself does not change
+        on_step = (lambda t, o: l1.__setitem__(t, l1_ratio(o))) if task.get("l1") else None
         out = train_lm(model, opt, data["ft_train" if ft else "train"], data["ft_val" if ft else "val"],
-                       task["steps"], task["seed"], n_evals=task.get("n_evals", N_EVALS), test=None if ft else data["test"])
+                       task["steps"], task["seed"], n_evals=task.get("n_evals", N_EVALS), test=None if ft else data["test"],
+                       on_step=on_step)
+        if task.get("l1"): out["l1_curve"] = l1
         out["state_bytes"] = state_bytes(opt)
         out["step_seconds"] = float(np.median(times)) if times else float("nan")  # the median: a first compiling step is one outlier
         if task.get("keep_weights"): out["weights"] = {k: v.clone() for k, v in model.state_dict().items()}
         return dict(task, init=None, **out)
 
-def run_tasks(fn: Callable[[dict], dict], tasks: list[dict], workers: int = 2, desc: str | None = None) -> list[dict]:
-    "map `fn` over `tasks` (in order) on `workers` forked processes, or in this process when workers == 1 or fork is missing."
+def run_tasks(fn: Callable[[dict], dict], tasks: list[dict], workers: int = 2, desc: str | None = None,
+              cost: Callable[[dict], float] | None = None,  # a task's estimated run time: the costliest start first
+              meanwhile: Callable[[], None] | None = None,  # called once in this process while the workers run
+              ) -> list[dict]:
+    "map `fn` over `tasks` on `workers` forked processes, or in this process when workers == 1 or fork is missing; results in `tasks`' order."
     import multiprocessing
     if workers < 1: raise ValueError(f"workers must be >= 1, got {workers}")
+    # run order: costliest first (stable), so that no long task is left alone on one worker at the end
+    order = sorted(range(len(tasks)), key=lambda i: -cost(tasks[i])) if cost is not None else list(range(len(tasks)))
+    todo = [tasks[i] for i in order]
     if workers == 1 or "fork" not in multiprocessing.get_all_start_methods():
-        return [fn(t) for t in progress(tasks, desc=desc)]
-    # a forked worker must never run on more than one thread: OpenMP's thread pool does not survive fork
-    with multiprocessing.get_context("fork").Pool(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
-        return list(progress(pool.imap(fn, tasks), desc=desc, total=len(tasks)))
+        if meanwhile is not None: meanwhile()
+        done = [fn(t) for t in progress(todo, desc=desc)]
+    else:  # a forked worker must never run on more than one thread: OpenMP's thread pool does not survive fork
+        with multiprocessing.get_context("fork").Pool(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+            running = pool.imap(fn, todo)  # the workers start now; the pool was forked before `meanwhile` runs
+            if meanwhile is not None: meanwhile()
+            done = list(progress(running, desc=desc, total=len(todo)))
+    out = [None] * len(tasks)
+    for i, r in zip(order, done): out[i] = r
+    return out

@@ -49,9 +49,6 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name.strip()).lower()
 
 
-OPTIONAL = {"torchao", "bitsandbytes"}
-
-
 def test_the_environment_has_exactly_the_pinned_toolchain():
     from importlib.metadata import PackageNotFoundError, version
     pins = constraints()
@@ -64,8 +61,6 @@ def test_the_environment_has_exactly_the_pinned_toolchain():
             installed = version(name)
         except PackageNotFoundError:
             installed = None
-        if installed is None and name in OPTIONAL:
-            continue                                    # the `peers` extra: installed by `make bench`, not `make install`
         if installed != pinned:
             wrong[name] = (pinned, installed)
     assert not wrong, f"installed versions differ from constraints.txt (pinned, installed): {wrong}; run `make install`"
