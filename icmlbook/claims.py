@@ -23,10 +23,11 @@ from pathlib import Path
 import numpy as np
 
 # %% auto #0
-__all__ = ['CHAPTERS', 'BUDGET_SECONDS', 'VERDICTS', 'SEED_KINDS', 'notebook_name', 'Check', 'verdict', 'ClaimRecord',
-           'RegisteredClaim', 'Registry', 'registry_path', 'load_registry', 'Tuning', 'tune', 'repo_root', 'ledger_dir',
-           'results_dir', 'notebook_hash', 'code_hash', 'ChapterRun', 'claim_table', 'seed_table', 'scoreboard',
-           'scoreboard_table', 'run_chapter', 'main']
+__all__ = ['CHAPTERS', 'BUDGET_SECONDS', 'VERDICTS', 'SEED_KINDS', 'SCALE_SEEDS', 'PROTOCOL', 'VERDICT_COLOURS', 'notebook_name',
+           'Check', 'verdict', 'ClaimRecord', 'RegisteredClaim', 'Registry', 'registry_path', 'load_registry', 'Tuning',
+           'tune', 'still_learning', 'expected_best', 'repo_root', 'ledger_dir', 'results_dir', 'notebook_hash',
+           'code_hash', 'ChapterRun', 'budget_figure', 'claim_table', 'seed_table', 'looks', 'reruns_after_look',
+           'confirmation', 'confirmation_text', 'scoreboard', 'scoreboard_table', 'verdict_map', 'run_chapter', 'main']
 
 # %% ../nbs/00_claims.ipynb #272e56e1
 CHAPTERS: tuple[tuple[str, str], ...] = (
@@ -147,7 +148,17 @@ def _toward(x: float, b: float | tuple[float, float], step: float) -> float:
 def _standard_error(v: list[float]) -> float:
     return float(np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else 0.0
 
+def _fmt(x: float) -> str:
+    return "diverged" if math.isinf(x) else f"{x:.4g}"
+
+def _cell(text) -> str:
+    "Text safe inside a Markdown table cell: pipes escaped, line breaks removed."
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
 # %% ../nbs/00_claims.ipynb #c7d0917c
+SEED_KINDS = ("confirm", "development", "verdict")  # held out at full scale; the ci preview; before protocol 3
+
 @dataclasses.dataclass(frozen=True)
 class ClaimRecord:
     "One headline claim of one chapter: its registered criterion, what was measured per seed, and the care its arms got."
@@ -161,8 +172,11 @@ class ClaimRecord:
     scale: str
     arms: tuple[str, ...] = ()  # the arms the claim compares
     care: dict[str, int | str] = dataclasses.field(default_factory=dict)  # arm -> tuning evaluations, or 'untuned: why'
-    failed_sanity: tuple[str, ...] = ()  # compared arms whose sanity check failed
-    seed_kind: str = "verdict"  # 'verdict' (held out) or 'development'
+    failed_sanity: tuple[str, ...] = ()  # compared arms whose sanity check (or a registered null) failed
+    seed_kind: str | None = None  # 'confirm' (held out, full scale), 'development' (the ci preview) or 'verdict' (before protocol 3); None: from the scale
+    tuning_flags: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # arm -> its tuning-adequacy flags
+    missing_nulls: tuple[str, ...] = ()  # 'arm against null' for each registered null with no sanity record
+    repeats: dict[str, int] = dataclasses.field(default_factory=dict)  # quantity -> registered number of measurements
 
     def __post_init__(self):
         for name in ("chapter", "id", "claim", "criterion"):
@@ -178,23 +192,28 @@ class ClaimRecord:
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"seeds must be a non-empty list of distinct integers, got {list(self.seeds)}")
         measured = {k: _as_values(k, v) for k, v in self.measured.items()}
+        object.__setattr__(self, "repeats", {str(k): int(n) for k, n in self.repeats.items()})
         for k, v in measured.items():
-            if len(v) not in (1, len(self.seeds)):
+            if k not in self.repeats and len(v) not in (1, len(self.seeds)):
                 raise ValueError(f"measured[{k!r}] must hold one value per seed ({len(self.seeds)}) or one value "
                                  f"for the whole run, got {len(v)} values")
         object.__setattr__(self, "measured", measured)
         object.__setattr__(self, "arms", tuple(self.arms))
         object.__setattr__(self, "failed_sanity", tuple(self.failed_sanity))
-        if self.seed_kind not in ("verdict", "development"):
-            raise ValueError(f"seed_kind must be 'verdict' or 'development', got {self.seed_kind!r}")
+        object.__setattr__(self, "missing_nulls", tuple(self.missing_nulls))
+        object.__setattr__(self, "tuning_flags", {str(a): list(f) for a, f in self.tuning_flags.items() if f})
+        if self.seed_kind is None: object.__setattr__(self, "seed_kind", "confirm" if self.scale == "full" else "development")
+        if self.seed_kind not in SEED_KINDS:
+            raise ValueError(f"seed_kind must be one of {SEED_KINDS}, got {self.seed_kind!r}")
         self.verdict  # a criterion without its measured values fails here, at record time
 
     @property
     def means(self) -> dict[str, float]:
-        return {k: float(np.mean(v)) for k, v in self.measured.items()}
+        "Mean over seeds of each quantity; the median of its measurements for a quantity registered with `repeat`."
+        return {k: float(np.median(v) if k in self.repeats else np.mean(v)) for k, v in self.measured.items()}
 
     def _per_seed(self, k: str) -> bool:
-        return len(self.measured[k]) == len(self.seeds) > 1
+        return k not in self.repeats and len(self.measured[k]) == len(self.seeds) > 1
 
     @property
     def checks_verdict(self) -> str:
@@ -202,9 +221,24 @@ class ClaimRecord:
         return verdict(list(self.checks), self.means)
 
     @property
+    def inconclusive(self) -> list[str]:
+        "Why the comparison does not count: failed sanity checks or nulls, unrecorded nulls, flagged tuning, missing repeats."
+        out = [f"sanity failed for {', '.join(self.failed_sanity)}"] if self.failed_sanity else []
+        if self.missing_nulls: out.append(f"null not recorded: {', '.join(self.missing_nulls)}")
+        out += [f"{a}: {', '.join(f)}" for a, f in self.tuning_flags.items()]
+        out += [f"{k} measured {len(self.measured.get(k, []))} of {n} times" for k, n in self.repeats.items()
+                if len(self.measured.get(k, [])) < n]
+        return out
+
+    @property
     def verdict(self) -> str:
-        "Computed from the checks, the measured values and the arms' sanity; never stored by hand."
-        return "[?Re]" if self.failed_sanity else self.checks_verdict
+        "Computed from the checks, the measured values, the arms' sanity, nulls and tuning; never stored by hand."
+        return "[?Re]" if self.inconclusive else self.checks_verdict
+
+    def _value(self, k: str, i: int) -> float:
+        "Quantity k on the i-th seed (its one value, or its median when it is measured repeatedly)."
+        v = self.measured[k]
+        return float(np.median(v)) if k in self.repeats else v[i] if len(v) == len(self.seeds) else v[0]
 
     @property
     def held(self) -> tuple[int, int]:
@@ -218,7 +252,7 @@ class ClaimRecord:
         for c in self.checks:
             row = []
             for i in range(len(self.seeds)):
-                at = {k: v[i] if len(v) == len(self.seeds) else v[0] for k, v in self.measured.items()}
+                at = {k: self._value(k, i) for k in self.measured}
                 row.append(c.holds(at))
             out[str(c)] = row
         return out
@@ -229,7 +263,7 @@ class ClaimRecord:
         base, why, n = self.checks_verdict, [], len(self.seeds)
         if n > 1:
             for i, s in enumerate(self.seeds):
-                means = {k: float(np.mean(v[:i] + v[i + 1:])) if self._per_seed(k) else float(np.mean(v))
+                means = {k: float(np.mean(v[:i] + v[i + 1:])) if self._per_seed(k) else self.means[k]
                          for k, v in self.measured.items()}
                 if (v := verdict(list(self.checks), means)) != base: why.append(f"without seed {s}: {v}")
         means = self.means
@@ -244,6 +278,11 @@ class ClaimRecord:
             if se == 0.0 or math.isnan(se): continue
             moved = {**means, c.quantity: _toward(means[c.quantity], c.bound_value(means), se)}
             if (v := verdict(list(self.checks), moved)) != base: why.append(f"{c} one standard error away: {v}")
+        for c in self.checks:  # a repeated measurement: its interquartile range must lie on one side of the bound
+            if c.quantity not in self.repeats: continue
+            q1, q3 = (float(q) for q in np.percentile(self.measured[c.quantity], [25, 75]))
+            if c.holds({**means, c.quantity: q1}) != c.holds({**means, c.quantity: q3}):
+                why.append(f"{c}: interquartile range [{_fmt(q1)}, {_fmt(q3)}] crosses the bound")
         return why
 
     @property
@@ -266,10 +305,18 @@ class ClaimRecord:
         if self.seed_kind == "development": out.append("development seeds")
         return out
 
+    def reasons(self) -> list[str]:
+        "The kinds of reason behind a [?Re], short, e.g. ['null not recorded', 'edge of grid']."
+        kinds = ["sanity failed"] * bool(self.failed_sanity) + ["null not recorded"] * bool(self.missing_nulls)
+        kinds += [f.split(" (")[0] for fl in self.tuning_flags.values() for f in fl]
+        kinds += ["repeats missing" for r in self.inconclusive if " times" in r and " measured " in r]
+        return list(dict.fromkeys(kinds))
+
     def summary(self) -> str:
-        "The verdict with its flags, e.g. '[~Re] 1/8', '[Re] fragile' (k/n is shown for partial verdicts)."
+        "The verdict with its flags, e.g. '[~Re] 1/8', '[Re] fragile', '[?Re] (edge of grid)' (k/n for partial verdicts)."
         k, n = self.held
         v = self.verdict + (f" {k}/{n}" if self.verdict == "[~Re]" else "")
+        v += f" ({', '.join(self.reasons())})" if self.verdict == "[?Re]" else ""
         return " ".join([v, *[f for f in self.flags() if f != "development seeds"]])
 
     def to_dict(self) -> dict:
@@ -282,6 +329,8 @@ class ClaimRecord:
                              for k_, v in self.measured.items()},
                 "seeds": list(self.seeds), "scale": self.scale, "arms": list(self.arms), "care": dict(self.care),
                 "failed_sanity": list(self.failed_sanity), "seed_kind": self.seed_kind,
+                "tuning_flags": dict(self.tuning_flags), "missing_nulls": list(self.missing_nulls),
+                "repeats": dict(self.repeats), "inconclusive": self.inconclusive,
                 "verdict": self.verdict, "checks_held": [k, n], "fragile": self.fragile, "flags": self.flags(),
                 "seed_holds": self.seed_holds()}
 
@@ -294,74 +343,151 @@ class ClaimRecord:
                   for c in d["checks"]]
         rec = cls(d["chapter"], d["id"], d["claim"], d["criterion"], checks,
                   {k: v["values"] for k, v in d["measured"].items()}, d["seeds"], d["scale"],
-                  d.get("arms", ()), d.get("care", {}), d.get("failed_sanity", ()), d.get("seed_kind", "verdict"))
+                  d.get("arms", ()), d.get("care", {}), d.get("failed_sanity", ()), d.get("seed_kind", "verdict"),
+                  d.get("tuning_flags", {}), d.get("missing_nulls", ()), d.get("repeats", {}))
         if rec.verdict != d["verdict"]:
             raise ValueError(f"stored verdict {d['verdict']} of {d['chapter']}/{d['id']} "
                              f"disagrees with its measured values ({rec.verdict})")
         return rec
 
 # %% ../nbs/00_claims.ipynb #7d1557bd
-SEED_KINDS = ("verdict", "development")
-
 @dataclasses.dataclass(frozen=True)
 class RegisteredClaim:
-    "One claim as registered before the run: sentence, criterion, checks, compared arms and verdict seeds per scale."
+    "One claim as registered before the run: sentence, criterion, checks, compared arms, nulls, repeats and seeds per scale."
     id: str
     claim: str
     criterion: str
     checks: tuple[Check, ...]
     arms: tuple[str, ...]
-    seeds: dict[str, tuple[int, ...]]  # scale -> verdict seeds
+    seeds: dict[str, tuple[int, ...]]  # 'ci' -> development seeds, 'confirm' -> confirmation seeds
+    nulls: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)  # arm -> the references it must beat
+    repeat: dict[str, int] = dataclasses.field(default_factory=dict)  # quantity -> times it is measured (its median counts)
+
+SCALE_SEEDS = {"ci": "ci", "full": "confirm"}  # which registered seeds each scale is judged on
 
 @dataclasses.dataclass(frozen=True)
 class Registry:
-    "A chapter's registered claims (nbs/claims/<slug>.yml)."
+    "A chapter's registered claims, seeds and design log (nbs/claims/<slug>.yml)."
     chapter: str
     claims: dict[str, RegisteredClaim]
-    seed_kind: str = "verdict"
+    tuning_seeds: tuple[int, ...] = ()  # seeds `tune` may use when one tuning serves every verdict seed
+    development: tuple[int, ...] = ()  # other seeds the chapter ran while developing
+    burned: tuple[int, ...] = ()  # confirmation seeds whose results were seen before a change
     untuned: dict[str, str] = dataclasses.field(default_factory=dict)  # arm -> why it is not tuned
+    trained: dict[str, str] = dataclasses.field(default_factory=dict)  # arm -> the knob that sets its length, or 'curve'
+    log: tuple[dict, ...] = ()  # the design log: date, change, why, after_seeing (seeds) or before_verdict
     issue: int | None = None
     sha256: str = ""  # of the file's bytes: part of the chapter's code hash
 
     @classmethod
     def from_text(cls, text: str, chapter: str) -> "Registry":
-        "Parse (and validate) a registry file's text for chapter `chapter`."
+        "Parse (and validate) a registry file's text for chapter `chapter`; refuses confirm seeds that anyone has seen."
         import yaml
         d = yaml.safe_load(text)
         if not isinstance(d, dict): raise ValueError(f"the registry of {chapter!r} must be a YAML mapping")
         where = f"the registry of {chapter!r}"
         if d.get("chapter") != chapter: raise ValueError(f"{where} names chapter {d.get('chapter')!r}")
-        kind = d.get("seeds_are", "verdict")
-        if kind not in SEED_KINDS: raise ValueError(f"{where}: seeds_are must be one of {SEED_KINDS}, got {kind!r}")
-        untuned = d.get("untuned") or {}
-        if not isinstance(untuned, dict) or not all(isinstance(v, str) and v.strip() for v in untuned.values()):
-            raise ValueError(f"{where}: untuned must map each arm to the reason it is not tuned")
+        if "seeds_are" in d: raise ValueError(f"{where}: seeds_are is gone (protocol 3): ci seeds are development seeds, "
+                                              f"confirm seeds are the verdict")
+        seeds = d.get("seeds")
+        if not isinstance(seeds, dict): raise ValueError(f"{where}: seeds must map tuning, ci and confirm to lists of seeds")
+        if "full" in seeds: raise ValueError(f"{where}: seeds.full is now seeds.confirm (protocol 3): fresh seeds nobody ran")
+        if set(seeds) - {"tuning", "ci", "confirm"}:
+            raise ValueError(f"{where}: seeds has unknown kinds {sorted(set(seeds) - {'tuning', 'ci', 'confirm'})}")
+        lists = {k: _seed_list(f"{where}: seeds.{k}", seeds.get(k) or []) for k in ("tuning", "ci", "confirm")}
+        dev, burned = (_seed_list(f"{where}: {k}", d.get(k) or []) for k in ("development", "burned"))
+        confirm = lists["confirm"]
+        if len(confirm) < 5: raise ValueError(f"{where}: seeds.confirm must hold at least 5 distinct seeds, got {list(confirm)}")
+        for name, other in (("tuning", lists["tuning"]), ("ci", lists["ci"]), ("burned", burned), ("development", dev)):
+            if seen := sorted(set(confirm) & set(other)):
+                raise ValueError(f"{where}: confirm seeds {seen} are also {name} seeds; confirm seeds must be fresh")
+        untuned, trained = d.get("untuned") or {}, d.get("trained") or {}
+        for name, m in (("untuned", untuned), ("trained", trained)):
+            if not isinstance(m, dict) or not all(isinstance(v, str) and v.strip() for v in m.values()):
+                raise ValueError(f"{where}: {name} must map each arm to a non-empty string")
         claims = {}
         for cid, c in (d.get("claims") or {}).items():
             missing = {"claim", "criterion", "checks"} - set(c or {})
             if missing: raise ValueError(f"{where}: claim {cid} lacks {sorted(missing)}")
-            seeds = c.get("seeds", d.get("seeds"))
-            if not isinstance(seeds, dict) or not seeds:
-                raise ValueError(f"{where}: claim {cid} needs seeds per scale, e.g. {{ci: [100, 101], full: [100, 101, 102]}}")
-            claims[str(cid)] = RegisteredClaim(str(cid), c["claim"], c["criterion"],
-                                               tuple(Check.parse(t) for t in c["checks"]), tuple(c.get("arms") or ()),
-                                               {k: tuple(int(s) for s in v) for k, v in seeds.items()})
+            checks, arms = tuple(Check.parse(t) for t in c["checks"]), tuple(c.get("arms") or ())
+            own = c.get("seeds") or {}
+            if not isinstance(own, dict) or set(own) - {"ci", "confirm"}:
+                raise ValueError(f"{where}: claim {cid}'s seeds may only override ci and confirm, got {own!r}")
+            cs = {k: _seed_list(f"{where}: claim {cid} seeds.{k}", own[k]) if k in own else lists[k] for k in ("ci", "confirm")}
+            if not cs["ci"] or not set(cs["confirm"]) <= set(confirm):
+                raise ValueError(f"{where}: claim {cid} needs ci seeds and confirm seeds among the chapter's {list(confirm)}")
+            claims[str(cid)] = RegisteredClaim(str(cid), c["claim"], c["criterion"], checks, arms, cs,
+                                               _nulls(f"{where}: claim {cid}", c.get("nulls"), arms),
+                                               _repeats(f"{where}: claim {cid}", c.get("repeat"), checks))
         if not claims: raise ValueError(f"{where} registers no claim")
-        return cls(chapter, claims, kind, dict(untuned), d.get("issue"), hashlib.sha256(text.encode()).hexdigest())
+        return cls(chapter, claims, lists["tuning"], dev, burned, dict(untuned), dict(trained),
+                   tuple(_log_entry(f"{where}: log entry {i + 1}", e) for i, e in enumerate(d.get("log") or [])),
+                   d.get("issue"), hashlib.sha256(text.encode()).hexdigest())
 
     def seeds(self, claim_id: str, scale: str) -> tuple[int, ...]:
-        "The verdict seeds of one claim at one scale."
-        seeds = self.claim(claim_id).seeds
-        if scale not in seeds:
-            raise ValueError(f"claim {claim_id} of {self.chapter!r} registers no seeds for scale {scale!r} "
-                             f"(it has {sorted(seeds)})")
-        return seeds[scale]
+        "The seeds one claim is judged on at one scale: its ci (development) seeds, or its confirm seeds at full scale."
+        if scale not in SCALE_SEEDS: raise ValueError(f"scale must be one of {tuple(SCALE_SEEDS)}, got {scale!r}")
+        return self.claim(claim_id).seeds[SCALE_SEEDS[scale]]
+
+    @property
+    def confirm_seeds(self) -> tuple[int, ...]:
+        "Every confirmation seed of the chapter (the union over its claims, in order)."
+        return tuple(dict.fromkeys(s for c in self.claims.values() for s in c.seeds["confirm"]))
 
     def claim(self, claim_id: str) -> RegisteredClaim:
         if claim_id not in self.claims:
             raise ValueError(f"claim id {claim_id!r} is not registered for chapter {self.chapter!r} "
                              f"(registered: {sorted(self.claims)}); add it to nbs/claims/{self.chapter}.yml")
         return self.claims[claim_id]
+
+    def changes_after_confirm(self) -> list[dict]:
+        "Design-log entries made after results on the current confirm seeds had been seen (there should be none)."
+        return [e for e in self.log if set(e.get("after_seeing") or ()) & set(self.confirm_seeds)]
+
+    def log_table(self) -> str:
+        "The design log as a compact Markdown table ('What we tried')."
+        if not self.log: return "*No design log registered.*"
+        conf = set(self.confirm_seeds)
+        rows = ["| date | what changed | why | seen before the change |", "|---|---|---|---|"]
+        for e in self.log:
+            seen = e.get("after_seeing")
+            when = "nothing (before the verdict)" if not seen else \
+                f"seeds {', '.join(map(str, seen))}" + (" (**confirm seeds**)" if set(seen) & conf else "")
+            rows.append(f"| {e['date']} | {_cell(e['change'])} | {_cell(e['why'])} | {when} |")
+        return "\n".join(rows)
+
+def _seed_list(where: str, v) -> tuple[int, ...]:
+    if not isinstance(v, (list, tuple)) or any(isinstance(s, bool) or not isinstance(s, int) for s in v):
+        raise ValueError(f"{where} must be a list of integer seeds, got {v!r}")
+    if len(set(v)) != len(v): raise ValueError(f"{where} repeats a seed: {list(v)}")
+    return tuple(v)
+
+def _nulls(where: str, v, arms: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    "A claim's nulls as arm -> names: a list applies to every compared arm, a mapping names them per arm."
+    if v is None: return {}
+    per_arm = v if isinstance(v, dict) else {a: v for a in arms}
+    if not arms or set(per_arm) - set(arms):
+        raise ValueError(f"{where}: nulls must name arms the claim compares {list(arms)}, got {sorted(per_arm)}")
+    for a, names in per_arm.items():
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) and n.strip() for n in names):
+            raise ValueError(f"{where}: the nulls of {a!r} must be a non-empty list of names, got {names!r}")
+    return {a: tuple(n) for a, n in per_arm.items()}
+
+def _repeats(where: str, v, checks: tuple[Check, ...]) -> dict[str, int]:
+    if v is None: return {}
+    quantities = {c.quantity for c in checks}
+    if not isinstance(v, dict) or not all(k in quantities and isinstance(n, int) and not isinstance(n, bool) and n >= 7
+                                          for k, n in v.items()):
+        raise ValueError(f"{where}: repeat must map quantities of its checks {sorted(quantities)} to n >= 7, got {v!r}")
+    return dict(v)
+
+def _log_entry(where: str, e) -> dict:
+    if not isinstance(e, dict) or any(not str(e.get(k) or "").strip() for k in ("date", "change", "why")):
+        raise ValueError(f"{where} needs a date, a change and a why, got {e!r}")
+    if ("after_seeing" in e) == bool(e.get("before_verdict")):
+        raise ValueError(f"{where} needs exactly one of after_seeing: [seeds] or before_verdict: true, got {e!r}")
+    if "after_seeing" in e: _seed_list(f"{where}: after_seeing", e["after_seeing"])
+    return {**e, "date": str(e["date"])}
 
 def registry_path(chapter: str, folder: Path | None = None) -> Path | None:
     "Where chapter `chapter`'s registry is: in `folder`, else the repository's nbs/claims/, else the installed copy."
@@ -382,10 +508,11 @@ def load_registry(chapter: str, path: Path | None = None) -> Registry:
         raise FileNotFoundError(f"chapter {chapter!r} has no claims registry: write nbs/claims/{chapter}.yml")
     return Registry.from_text(path.read_text(encoding="utf-8"), chapter)
 
+
 # %% ../nbs/00_claims.ipynb #fe293501
 @dataclasses.dataclass(frozen=True)
 class Tuning:
-    "The outcome of tuning one arm: every setting tried with its validation score, and the one chosen."
+    "The outcome of tuning one arm: every setting tried with its validation score, the one chosen, and its grid's adequacy."
     arm: str
     experiment: str
     settings: tuple[dict, ...]
@@ -393,15 +520,39 @@ class Tuning:
     chosen: dict
     score: float
     minimize: bool
+    seed: int | None = None  # the seed whose validation data was used, when it is one seed's
 
     @property
     def evaluations(self) -> int:
         return len(self.settings)
 
+    @property
+    def axes(self) -> dict[str, dict]:
+        "Per knob: how many distinct values it took, whether it is ordered (numeric), and whether the choice is at an end."
+        out = {}
+        for k in dict.fromkeys(k for s in self.settings for k in s):
+            vals = []
+            for s in self.settings:
+                if s.get(k) not in vals: vals.append(s.get(k))  # values may be unhashable (a list of layer sizes)
+            ordered = all(_is_number(v) for v in vals)
+            at_end = ordered and len(vals) > 1 and self.chosen.get(k) in (min(vals), max(vals))
+            out[k] = {"values": len(vals), "ordered": ordered, "at_end": bool(at_end)}
+        return out
+
+    @property
+    def flags(self) -> list[str]:
+        "Tuning-adequacy flags: 'edge of grid (knob)', 'grid too small (knob)', 'grid too small (one setting)'."
+        ax = self.axes
+        searched = {k: a for k, a in ax.items() if a["ordered"] and a["values"] > 1}
+        if not any(a["values"] > 1 for a in ax.values()): return ["grid too small (one setting)"]
+        return [f"edge of grid ({k})" for k, a in searched.items() if a["at_end"]] + \
+               [f"grid too small ({k})" for k, a in searched.items() if a["values"] < 3]
+
     def to_dict(self) -> dict:
         return {"arm": self.arm, "experiment": self.experiment, "settings": list(self.settings),
                 "scores": list(self.scores), "chosen": self.chosen, "score": self.score,
-                "minimize": self.minimize, "evaluations": self.evaluations}
+                "minimize": self.minimize, "evaluations": self.evaluations, "seed": self.seed,
+                "axes": self.axes, "flags": self.flags}
 
 def _grid(grid) -> list[dict]:
     if isinstance(grid, dict):
@@ -417,10 +568,13 @@ def tune(arm: str,  # the arm's name, as in the registry's `arms`
          grid: dict | list[dict],  # knob -> values (their product is searched), or a list of settings
          minimize: bool = True,  # lower scores are better (a loss); False for an accuracy
          experiment: str = "experiment",  # which experiment the arm belongs to (one tuning table each)
+         seed: int | None = None,  # the seed whose validation data `objective` reads, if one seed's
          ) -> Tuning:
     "Evaluate `objective` at every setting of `grid` and keep the best; nan scores count as the worst."
     if not isinstance(arm, str) or not arm.strip(): raise ValueError(f"arm must be a non-empty string, got {arm!r}")
     if not callable(objective): raise TypeError(f"objective must be callable, got {type(objective).__name__}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+        raise TypeError(f"seed must be an integer or None, got {seed!r}")
     from icmlbook.core import progress
     settings, scores = _grid(grid), []
     for s in progress(settings, desc=f"tuning {arm}", leave=False):
@@ -429,7 +583,36 @@ def tune(arm: str,  # the arm's name, as in the registry's `arms`
         scores.append(float(v))
     key = [(math.inf if math.isnan(v) else v if minimize else -v) for v in scores]
     best = int(np.argmin(key))
-    return Tuning(arm, experiment, tuple(settings), tuple(scores), settings[best], scores[best], minimize)
+    return Tuning(arm, experiment, tuple(settings), tuple(scores), settings[best], scores[best], minimize,
+                  None if seed is None else int(seed))
+
+def still_learning(steps, values, minimize: bool = True) -> bool:
+    "A validation curve still learning: its best value lies in the last 10% of the steps, and its last 20% improved it by > 1% of its range."
+    steps, values = np.asarray(steps, float), np.asarray(values, float)
+    if steps.ndim != 1 or steps.shape != values.shape or steps.size < 2:
+        raise ValueError(f"steps and values must be 1-d of one length >= 2, got shapes {steps.shape} and {values.shape}")
+    if np.any(np.diff(steps) <= 0): raise ValueError("steps must increase")
+    v = np.where(np.isnan(values), np.inf, values if minimize else -values)  # lower is better from here on; nan is worst
+    finite = v[np.isfinite(v)]
+    if finite.size < 2: return False
+    span, lo = steps[-1] - steps[0], steps[0]
+    best = int(np.argmin(v))
+    tail = steps >= lo + 0.8 * span
+    gain = v[max(int(np.argmax(tail)) - 1, 0)] - v[tail].min()  # from the point before the last 20% to its best
+    return bool(steps[best] >= lo + 0.9 * span and gain > 0.01 * (finite.max() - finite.min()))
+
+def expected_best(scores, minimize: bool = True) -> np.ndarray:
+    "Expected best validation score of n settings drawn at random from those tried, n = 1..N (Dodge et al. 2019); nan or inf counts as the worst."
+    v = np.asarray(scores, float)
+    if v.ndim != 1 or v.size == 0: raise ValueError(f"scores must be a non-empty 1-d list, got shape {v.shape}")
+    if not np.isfinite(v).any(): return np.full(v.size, np.nan)
+    finite = v[np.isfinite(v)]
+    v = np.where(np.isfinite(v), v, finite.max() if minimize else finite.min())  # nan or a diverged run: the worst tried
+    s = np.sort(-v if minimize else v)  # ascending in 'goodness'
+    N, i = s.size, np.arange(1, s.size + 1)
+    out = np.array([np.sum(s * ((i / N) ** n - ((i - 1) / N) ** n)) for n in range(1, N + 1)])
+    return -out if minimize else out
+
 
 # %% ../nbs/00_claims.ipynb #bf5722c5
 def repo_root(start: Path | None = None) -> Path | None:
@@ -498,8 +681,8 @@ class ChapterRun:
         self.data = {"chapter": chapter, "notebook": self.notebook, "scale": scale(),
                      "code_hash": code_hash(chapter, nb_path, registry), "registry_sha256": self.registry.sha256,
                      "started": _dt.datetime.now().isoformat(timespec="seconds"),
-                     "versions": _versions(), "machine": _machine(),
-                     "wall_time": None, "tuning": [], "sanity": [], "claims": []}
+                     "versions": _versions(), "machine": _machine(), "protocol": PROTOCOL,
+                     "wall_time": None, "tuning": [], "curves": [], "sanity": [], "claims": []}
         self._start = time.perf_counter()
         self._write()
 
@@ -512,16 +695,32 @@ class ChapterRun:
         return ledger_dir(self.scale) / f"{self.chapter}.json"
 
     def seeds(self, claim_id: str) -> tuple[int, ...]:
-        "The registered verdict seeds of a claim at this run's scale."
+        "The registered seeds of a claim at this run's scale: its ci (development) seeds, or its confirm seeds at full."
         return self.registry.seeds(claim_id, self.scale)
 
     def tune(self, arm: str, objective: Callable[..., float], grid: dict | list[dict], minimize: bool = True,
-             experiment: str = "experiment") -> Tuning:
-        "Tune `arm` on validation data through `tune` and record its grid, budget, choice and score."
-        t = tune(arm, objective, grid, minimize=minimize, experiment=experiment)
+             experiment: str = "experiment", seed: int | None = None) -> Tuning:
+        "Tune `arm` on validation data through `tune` and record its grid, budget, choice, score and adequacy flags."
+        t = tune(arm, objective, grid, minimize=minimize, experiment=experiment, seed=seed)
         self.data["tuning"].append(t.to_dict())
         self._write()
         return t
+
+    def curve(self, arm: str,  # the trained arm
+              seed: int,  # the seed of the run the curve comes from
+              steps,  # training steps (or epochs) at which validation was measured, increasing
+              values,  # the validation score at each of them
+              minimize: bool = True,  # lower is better (a loss); False for an accuracy
+              ) -> bool:
+        "Record a validation curve of `arm` (its training length chosen on it); returns whether it is still learning."
+        if not isinstance(arm, str) or not arm.strip(): raise ValueError(f"arm must be a non-empty string, got {arm!r}")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)): raise TypeError(f"seed must be an integer, got {seed!r}")
+        steps, values = [float(x) for x in _as_values("steps", steps)], _as_values("values", values)
+        learning = still_learning(steps, values, minimize)
+        self.data["curves"].append({"arm": arm, "seed": int(seed), "steps": steps, "values": values,
+                                    "minimize": bool(minimize), "still_learning": learning})
+        self._write()
+        return learning
 
     def tuning_table(self, experiment: str | None = None) -> str:
         "Markdown tuning table(s): per arm, the knobs searched, evaluations, the choice and its validation score."
@@ -530,15 +729,16 @@ class ChapterRun:
         if not rows and not untuned: return "*No arm was tuned.*"
         out = []
         for exp in dict.fromkeys(t["experiment"] for t in rows) or ["experiment"]:
-            out += [f"**Tuning: {_cell(exp)}**", "", "| arm | knobs searched | evaluations | chosen | validation score |",
-                    "|---|---|---|---|---|"]
+            out += [f"**Tuning: {_cell(exp)}**", "", "| arm | knobs searched | evaluations | chosen | validation score | flags |",
+                    "|---|---|---|---|---|---|"]
             for t in (t for t in rows if t["experiment"] == exp):
                 knobs = "; ".join(k + " ∈ {" + ", ".join(dict.fromkeys(repr(s[k]) for s in t["settings"])) + "}"
                                   for k in t["settings"][0])
                 chosen = ", ".join(f"{k} = {v!r}" for k, v in t["chosen"].items())
-                out.append(f"| {_cell(t['arm'])} | {_cell(knobs)} | {t['evaluations']} | {_cell(chosen)} | {_fmt(t['score'])} |")
+                flags = ", ".join(f"*{f}*" for f in Tuning(**_tuning_fields(t)).flags) or "—"
+                out.append(f"| {_cell(t['arm'])} | {_cell(knobs)} | {t['evaluations']} | {_cell(chosen)} | {_fmt(t['score'])} | {flags} |")
             out.append("")
-        out += [f"| {_cell(a)} | untuned by design: {_cell(why)} | 0 | — | — |" for a, why in untuned.items()] if untuned and rows else \
+        out += [f"| {_cell(a)} | untuned by design: {_cell(why)} | 0 | — | — | — |" for a, why in untuned.items()] if untuned and rows else \
                [f"*Untuned by design: {_cell(a)} ({_cell(why)}).*" for a, why in untuned.items()]
         return "\n".join(out).strip()
 
@@ -577,13 +777,38 @@ class ChapterRun:
             raise ValueError(f"claim id {id!r} was already recorded in this run")
         want = self.seeds(id)
         if sorted(int(s) for s in seeds) != sorted(want):
-            raise ValueError(f"claim {id} must be judged on its registered verdict seeds {list(want)} at scale "
-                             f"{self.scale!r}, got values from seeds {list(seeds)}")
+            kind = "confirm" if self.scale == "full" else "ci (development)"
+            raise ValueError(f"claim {id} must be judged on its registered seeds {list(want)} at scale {self.scale!r} "
+                             f"(its {kind} seeds), got values from seeds {list(seeds)}")
         rec = self._assess(reg, measured, seeds)
         self.data["claims"].append(rec.to_dict())
         self._write()
-        self._display(claim_table([rec.to_dict()], chapter=False) + "\n\n" + seed_table(rec.to_dict()))
+        if self.show:
+            tables = claim_table([rec.to_dict()], chapter=False) + "\n\n" + seed_table(rec.to_dict())
+            if self.scale == "full":
+                self._display(f"**{id}, confirmation run** (confirm seeds, full scale)\n\n{tables}")
+            else:
+                self._display(confirmation_text(self.chapter, id) + f"\n\n**{id}, preview** (development seeds, "
+                              f"scale `{self.scale}`; not the verdict)\n\n{tables}")
         return rec
+
+    def tuning_flags(self, arm: str) -> list[str]:
+        "The tuning-adequacy flags of one arm: its grids' edges and sizes, its curves, and its training length."
+        if arm in self.registry.untuned: return []
+        mine = [t for t in self.data["tuning"] if t["arm"] == arm]
+        counts: dict[str, int] = {}
+        for t in mine:
+            for f in Tuning(**_tuning_fields(t)).flags: counts[f] = counts.get(f, 0) + 1
+        out = [f if len(mine) == 1 else f"{f[:-1]}, {n} of {len(mine)} tunings)" for f, n in counts.items()]
+        curves = [c for c in self.data["curves"] if c["arm"] == arm]
+        if learning := [c["seed"] for c in curves if c["still_learning"]]:
+            out.append(f"still learning (seed {', '.join(map(str, learning))})")
+        knob = self.registry.trained.get(arm)
+        if knob == "curve" and not curves: out.append("length not tuned (no validation curve recorded)")
+        elif knob not in (None, "curve") and not any(Tuning(**_tuning_fields(t)).axes.get(knob, {}).get("values", 0) > 1
+                                                     for t in mine):
+            out.append(f"length not tuned ({knob})")
+        return out
 
     def _assess(self, reg: RegisteredClaim, measured: dict, seeds) -> ClaimRecord:
         budgets = {}
@@ -591,8 +816,11 @@ class ChapterRun:
         care = {a: f"untuned: {self.registry.untuned[a]}" if a in self.registry.untuned else budgets.get(a, 0)
                 for a in reg.arms}
         failed = sorted({s["arm"] for s in self.data["sanity"] if not s["holds"] and s["arm"] in reg.arms})
+        recorded = {(s["arm"], s["against"]) for s in self.data["sanity"]}
+        missing = [f"{a} against {n}" for a, names in reg.nulls.items() for n in names if (a, n) not in recorded]
         return ClaimRecord(self.chapter, reg.id, reg.claim, reg.criterion, reg.checks, measured, seeds, self.scale,
-                           reg.arms, care, failed, self.registry.seed_kind)
+                           reg.arms, care, failed, "confirm" if self.scale == "full" else "development",
+                           {a: self.tuning_flags(a) for a in reg.arms}, missing, reg.repeat)
 
     def finish(self) -> None:
         "Stop the chapter's clock, write its wall time to the ledger and show it once, at the end of the page."
@@ -601,6 +829,15 @@ class ChapterRun:
         self.data["claims"] = [self._assess(self.registry.claim(c["id"]), {k: v["values"] for k, v in c["measured"].items()},
                                             c["seeds"]).to_dict() for c in self.data["claims"]]
         self._write()
+        if self.registry.log: self._display("**What we tried** (the registry's design log)\n\n" + self.registry.log_table())
+        if self.show and self.data["tuning"]:
+            from IPython.display import display
+            fig = budget_figure(self.data["tuning"])
+            display(fig)
+            import matplotlib.pyplot as plt
+            plt.close(fig)
+            self._display("*Expected best validation score against the number of settings tried* (Dodge et al., 2019): "
+                          "a curve still rising where an arm's budget ends says its grid may not have found its optimum.")
         t, s = self.data["wall_time"], self.scale
         over = " **over the budget**" if t > BUDGET_SECONDS and s == "ci" else ""
         self._display(f"*This page ran top to bottom in **{t:.0f} s** at scale `{s}` (budget {BUDGET_SECONDS:.0f} s "
@@ -617,6 +854,29 @@ class ChapterRun:
         tmp.write_text(json.dumps(self.data, indent=1, ensure_ascii=False), encoding="utf-8")
         tmp.replace(self.path)
 
+PROTOCOL = 3  # the claims protocol records are written under
+
+def _tuning_fields(t: dict) -> dict:
+    "The Tuning fields of a tuning record (as stored in the ledger)."
+    return {k: t.get(k) for k in ("arm", "experiment", "settings", "scores", "chosen", "score", "minimize", "seed")}
+
+def budget_figure(tuning: list[dict]):
+    "One panel per experiment: each arm's expected best validation score against the number of settings tried."
+    import matplotlib.pyplot as plt
+    exps = list(dict.fromkeys(t["experiment"] for t in tuning))
+    fig, axes = plt.subplots(1, len(exps), figsize=(min(4.2 * len(exps), 12), 3.2), squeeze=False)
+    for ax, exp in zip(axes[0], exps):
+        arms: dict[str, list] = {}
+        for t in (t for t in tuning if t["experiment"] == exp): arms.setdefault(t["arm"], []).append(t)
+        for arm, ts in arms.items():
+            n = min(len(t["scores"]) for t in ts)  # per-seed tunings of one arm: their mean curve
+            curve = np.mean([expected_best(t["scores"], t["minimize"])[:n] for t in ts], axis=0)
+            ax.plot(np.arange(1, n + 1), curve, marker="o", ms=3, label=arm)
+        ax.set(title=exp[:40], xlabel="settings tried", ylabel="expected best validation score")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    return fig
+
 def _machine() -> str:
     import torch
     return f"{platform.machine()} CPU, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
@@ -626,13 +886,6 @@ def _markdown(text: str):
     return Markdown(text)
 
 # %% ../nbs/00_claims.ipynb #92ad956c
-def _fmt(x: float) -> str:
-    return "diverged" if math.isinf(x) else f"{x:.4g}"
-
-def _cell(text) -> str:
-    "Text safe inside a Markdown table cell: pipes escaped, line breaks removed."
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
 def claim_table(claims: list[dict], chapter: bool = True) -> str:
     "Markdown table of claim records (as dicts): claim, criterion and verdict with k/n and flags."
     head = ["chapter"] * chapter + ["claim", "criterion (registered)", "verdict"]
@@ -641,7 +894,7 @@ def claim_table(claims: list[dict], chapter: bool = True) -> str:
         rec = ClaimRecord.from_dict(c)
         k, n = rec.held
         v = f"{rec.verdict} ({k}/{n} checks hold)" + "".join(f", *{f}*" for f in rec.flags())
-        if rec.failed_sanity: v += f": sanity failed for {', '.join(rec.failed_sanity)}"
+        if rec.inconclusive: v += ": " + "; ".join(rec.inconclusive)
         cells = [c["chapter"]] * chapter + [f"**{c['id']}** {c['claim']}", c["criterion"], v]
         rows.append("| " + " | ".join(_cell(x) for x in cells) + " |")
     return "\n".join(rows)
@@ -654,14 +907,18 @@ def seed_table(c: dict) -> str:
             "|---|" + "---|" * (n + 2)]
     for chk in rec.checks:
         v = rec.measured[chk.quantity]
-        per = [f"{_fmt(v[i] if len(v) == n else v[0])} {'✓' if holds[str(chk)][i] else '✗'}" for i in range(n)]
-        mean = _fmt(float(np.mean(v))) + (f" ± {np.std(v):.2g}" if len(v) > 1 else "")
+        per = [f"{_fmt(rec._value(chk.quantity, i))} {'✓' if holds[str(chk)][i] else '✗'}" for i in range(n)]
+        if chk.quantity in rec.repeats:  # the median of repeated measurements, with its interquartile range
+            q1, q3 = np.percentile(v, [25, 75])
+            mean = f"median {_fmt(rec.means[chk.quantity])} (IQR {_fmt(q1)}-{_fmt(q3)}, {len(v)} runs)"
+        else:
+            mean = _fmt(float(np.mean(v))) + (f" ± {np.std(v):.2g}" if len(v) > 1 else "")
         rows.append(f"| {_cell(chk)} | " + " | ".join(per) + f" | {mean} | {'yes' if chk.holds(rec.means) else 'no'} |")
     checked = {ch.quantity for ch in rec.checks}
     other = [f"{_cell(k)} = {_fmt(float(np.mean(v)))}" + (f" ± {np.std(v):.2g}" if len(v) > 1 else "")
              for k, v in rec.measured.items() if k not in checked]
     why = f"\n\n*Fragile:* {_cell('; '.join(rec.fragile))}." if rec.fragile else ""
-    seeds = "development seeds" if rec.seed_kind == "development" else "verdict seeds"
+    seeds = {"development": "development seeds", "confirm": "confirm seeds"}.get(rec.seed_kind, "verdict seeds (before protocol 3)")
     return ("\n".join(rows) + f"\n\n*{rec.id}, {seeds} {', '.join(map(str, rec.seeds))}, scale `{rec.scale}`.*"
             + (f" Also measured: {'; '.join(other)}." if other else "") + why)
 
@@ -681,12 +938,75 @@ def _registered(rec: ClaimRecord, reg: Registry | None) -> ClaimRecord:
 def _read(path: Path) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
 
+def looks(chapter: str, results: Path | None = None) -> list[dict]:
+    "Every publish of chapter `chapter`'s confirmation run, oldest first (results/looks/<slug>.jsonl)."
+    results = Path(results) if results else results_dir()
+    path = results / "looks" / f"{chapter}.jsonl" if results else None
+    if path is None or not path.is_file(): return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+def reruns_after_look(looks: list[dict], code_hash: str, seeds) -> int:
+    "How many other code versions were published on the same seeds: k > 0 means a re-run after a look (k)."
+    return len({l["code_hash"] for l in looks if sorted(l["seeds"]) == sorted(seeds) and l["code_hash"] != code_hash})
+
+def confirmation(chapter: str,  # the chapter's slug
+                 nb: Path | None = None,  # its notebook, to tell whether the record's code is current
+                 registry: Path | None = None,  # its registry file (default: found by `registry_path`)
+                 results: Path | None = None,  # the results folder (default: results_dir())
+                 ) -> dict:
+    "The chapter's confirmation record and its standing: 'not confirmed', 'before protocol 3', 'superseded' or 'confirmed'."
+    results = Path(results) if results else results_dir()
+    data = _read(results / "full" / f"{chapter}.json") if results else None
+    out = {"status": "not confirmed", "verdicts": [], "claims": [], "date": None, "current": None, "reruns": 0}
+    if not data or not data.get("claims"): return out
+    recs = [ClaimRecord.from_dict(c) for c in data["claims"]]
+    out.update(date=data.get("started", "")[:10], machine=data.get("machine", ""), wall_time=data.get("wall_time"),
+               seeds=sorted({s for r in recs for s in r.seeds}), claims=[r.to_dict() for r in recs],
+               verdicts=[f"{r.id} {r.summary()}" for r in recs])
+    if data.get("protocol") != PROTOCOL or any(r.seed_kind != "confirm" for r in recs):
+        return {**out, "status": "before protocol 3"}
+    reg_path = Path(registry) if registry else registry_path(chapter)
+    reg = load_registry(chapter, reg_path) if reg_path else None
+    if reg is None or not set(out["seeds"]) <= set(reg.confirm_seeds):
+        return {**out, "status": "superseded"}  # the registry moved on to fresh confirm seeds
+    recs = [_registered(r, reg) for r in recs]
+    k = reruns_after_look(looks(chapter, results), data.get("code_hash"), out["seeds"])
+    current = nb is None or data.get("code_hash") == code_hash(chapter, nb, reg_path)
+    flag = f" re-run after a look ({k})" if k else ""
+    return {**out, "status": "confirmed", "current": current, "reruns": k,
+            "verdicts": [f"{r.id} {r.summary()}{flag}" for r in recs]}
+
+def confirmation_text(chapter: str,  # the chapter's slug
+                      claim_id: str,  # the claim's registered id
+                      nb: Path | None = None,  # the chapter's notebook (default: the repository's)
+                      registry: Path | None = None,  # its registry file (default: found by `registry_path`)
+                      results: Path | None = None,  # the results folder (default: results_dir())
+                      ) -> str:
+    "Markdown for a chapter page: claim `claim_id`'s confirmation record (claim and seed tables), or why there is none."
+    root = repo_root()
+    nb = Path(nb) if nb else (root / "nbs" / notebook_name(chapter) if root else None)
+    c = confirmation(chapter, nb, registry, results)
+    rec = next((r for r in c["claims"] if r["id"] == claim_id), None)
+    seeds = ", ".join(map(str, load_registry(chapter, registry).claim(claim_id).seeds["confirm"]))
+    if c["status"] == "before protocol 3" and rec:
+        old = ClaimRecord.from_dict(rec)
+        return (f"**{claim_id}, confirmation:** *not confirmed.* A full-scale result of {c['date']} on seeds "
+                f"{', '.join(map(str, old.seeds))}, which development had seen, read {old.summary()}; it predates "
+                f"protocol 3 and is not a verdict. The verdict will come from confirm seeds {seeds}.")
+    if c["status"] != "confirmed" or rec is None:
+        return (f"**{claim_id}, confirmation:** *not confirmed*: no confirmation run on confirm seeds {seeds} "
+                f"(full scale) has been published yet.")
+    note = "code unchanged since" if c["current"] else "**the code changed since: stale**"
+    rerun = f", *re-run after a look ({c['reruns']})*" if c["reruns"] else ""
+    return (f"**{claim_id}, confirmation run** of {c['date']} (confirm seeds, full scale; {note}{rerun})\n\n"
+            + claim_table([rec], chapter=False) + "\n\n" + seed_table(rec))
+
 def scoreboard(ledger: Path | None = None,  # ledger folder of the default scale (default: ledger_dir('ci'))
                nbs_dir: Path | None = None,  # notebooks folder (default: the repository's nbs/)
                results: Path | None = None,  # published results folder (default: results_dir())
                registries: Path | None = None,  # registry folder (default: found by `registry_path`)
                ) -> list[dict]:
-    "One row per planned chapter: status, verdicts with flags, claim records, run time, and committed full-scale results."
+    "One row per planned chapter: its confirmation record, its ci preview (status, verdicts, run time) and design-log count."
     ledger = Path(ledger) if ledger else ledger_dir("ci")
     root = repo_root()
     nbs = Path(nbs_dir) if nbs_dir else (root / "nbs" if root else None)
@@ -696,13 +1016,13 @@ def scoreboard(ledger: Path | None = None,  # ledger folder of the default scale
         nb = nbs / notebook_name(slug) if nbs else None
         row = {"chapter": slug, "notebook": notebook_name(slug), "title": title, "status": "not written",
                "verdicts": [], "claims": [], "missing": [], "wall_time": None, "over_budget": False,
-               "full": {"status": "not run", "verdicts": []}}
+               "confirm": {"status": "not confirmed", "verdicts": [], "claims": []}, "changes_after_confirm": 0}
         if nb is not None and not nb.exists():
             rows.append(row); continue
         data, reg_path = _read(ledger / f"{slug}.json"), registry_path(slug, registries)
         row["status"] = _status(data, slug, nb, reg_path)
         reg = load_registry(slug, reg_path) if reg_path else None
-        row["seed_kind"] = reg.seed_kind if reg else None
+        row["changes_after_confirm"] = len(reg.changes_after_confirm()) if reg else 0
         if row["status"] in ("ran", "incomplete"):
             claims = [_registered(ClaimRecord.from_dict(c), reg) for c in data["claims"]]
             t = data.get("wall_time")
@@ -712,39 +1032,67 @@ def scoreboard(ledger: Path | None = None,  # ledger folder of the default scale
                        date=data.get("started", "")[:10], versions=data.get("versions", {}),
                        machine=data.get("machine", ""))
             row["verdicts"] += [f"{m} missing" for m in row["missing"]]
-        full = _read(results / "full" / f"{slug}.json") if results else None
-        if full:
-            st = _status(full, slug, nb, reg_path)
-            row["full"] = {"status": st, "verdicts": [f"{c.id} {c.summary()}" for c in
-                                                      (_registered(ClaimRecord.from_dict(c), reg) for c in full["claims"])]
-                           if st == "ran" else [], "date": full.get("started", "")[:10], "machine": full.get("machine", ""),
-                           "wall_time": full.get("wall_time")}
+        if results and reg_path: row["confirm"] = confirmation(slug, nb, reg_path, results)
         rows.append(row)
     return rows
 
-def _verdict_cell(r: dict) -> str:
-    if r["status"] not in ("ran", "incomplete"): return "—"
-    return "<br>".join(_cell(v) for v in r["verdicts"]) + ("<br>*development seeds*" if r.get("seed_kind") == "development" else "")
+def _confirm_cell(c: dict) -> str:
+    if c["status"] == "confirmed":
+        return "<br>".join(_cell(v) for v in c["verdicts"]) + f"<br>*{c['date']}" + ("" if c["current"] else ", code changed since: stale") + "*"
+    if c["status"] == "before protocol 3": return f"*not confirmed* (a full run of {c['date']} predates protocol 3)"
+    return "*not confirmed*" + (" (on burned seeds)" if c["status"] == "superseded" else "")
 
 def scoreboard_table(rows: list[dict] | None = None, html_breaks: bool = True) -> str:
-    "The scoreboard as a Markdown table: chapter, status, verdicts at `ci` (this build), at `full` (committed), run time."
+    "The scoreboard as a Markdown table: chapter, confirmation verdicts (the verdict), the ci preview, log count, run time."
     rows = scoreboard() if rows is None else rows
-    out = ["| # | chapter | status | `ci` verdicts (this build) | `full` verdicts (committed) | run time (budget 90 s) |",
-           "|---|---|---|---|---|---|"]
+    out = ["| # | chapter | confirmation (full scale, confirm seeds) | preview (development seeds, this build) | "
+           "changes after confirm seeds seen | run time (budget 90 s) |", "|---|---|---|---|---|---|"]
     for i, r in enumerate(rows, 1):
         t = "—" if r["wall_time"] is None else f"{r['wall_time']:.0f} s" + (" **over budget**" if r["over_budget"] else "")
-        f = r["full"]
-        full = "<br>".join(_cell(v) for v in f["verdicts"]) + f"<br>*{f['date']}*" if f["status"] == "ran" else \
-            ("*stale*" if f["status"] == "stale" else "—")
-        line = f"| {i:02d} | {_cell(r['chapter'])}: {_cell(r['title'])} | {r['status']} | {_verdict_cell(r)} | {full} | {t} |"
+        verdicts = "<br>".join(_cell(v) for v in r["verdicts"])
+        preview = verdicts if r["status"] == "ran" else r["status"] + ("<br>" + verdicts if r["status"] == "incomplete" else "")
+        line = (f"| {i:02d} | {_cell(r['chapter'])}: {_cell(r['title'])} | {_confirm_cell(r['confirm'])} | {preview} | "
+                f"{r['changes_after_confirm']} | {t} |")
         out.append(line if html_breaks else line.replace("<br>", "; "))
     return "\n".join(out)
+
+VERDICT_COLOURS = {"[Re]": "#2e7d32", "[~Re]": "#f9a825", "[¬Re]": "#c62828", "[?Re]": "#78909c"}
+
+def verdict_map(rows: list[dict] | None = None):
+    "The book at a glance: chapters x claims, coloured by confirmation verdict; hatched where flagged or not confirmed (pale: preview only)."
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch, Rectangle
+    rows = scoreboard() if rows is None else rows
+    ids = sorted({c["id"] for r in rows for c in r["claims"] + r["confirm"]["claims"]} | {"C1"}, key=lambda s: (len(s), s))
+    fig, ax = plt.subplots(figsize=(1.0 + 0.75 * len(ids), 0.33 * len(rows) + 1.3))
+    for y, r in enumerate(rows):
+        confirmed = r["confirm"]["status"] == "confirmed"
+        by_id = {c["id"]: c for c in (r["confirm"]["claims"] if confirmed else r["claims"])}
+        for x, cid in enumerate(ids):
+            c = by_id.get(cid)
+            if c is None: continue
+            rec = ClaimRecord.from_dict(c)
+            flagged = bool(rec.flags()) and rec.flags() != ["development seeds"] or (confirmed and (not r["confirm"]["current"] or r["confirm"]["reruns"]))
+            ax.add_patch(Rectangle((x, y), 0.94, 0.9, facecolor=VERDICT_COLOURS[rec.verdict], alpha=1.0 if confirmed else 0.35,
+                                   hatch="///" if flagged or not confirmed else None, edgecolor="white", linewidth=0.5))
+            ax.text(x + 0.47, y + 0.45, rec.verdict, ha="center", va="center", fontsize=6.5,
+                    color="white" if confirmed else "black")
+    ax.set(xlim=(0, len(ids)), ylim=(len(rows), 0), xticks=np.arange(len(ids)) + 0.47, xticklabels=ids,
+           yticks=np.arange(len(rows)) + 0.45, yticklabels=[f"{i:02d} {r['chapter']}" for i, r in enumerate(rows, 1)])
+    ax.tick_params(length=0, labelsize=8); ax.xaxis.tick_top()
+    for s in ax.spines.values(): s.set_visible(False)
+    handles = [Patch(facecolor=c, label=v) for v, c in VERDICT_COLOURS.items()] + \
+              [Patch(facecolor="white", edgecolor="grey", hatch="///", label="flagged, or not confirmed (pale: preview only)")]
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.01), ncol=3, fontsize=7, frameon=False)
+    fig.tight_layout()
+    return fig
+
 
 # %% ../nbs/00_claims.ipynb #a88fc85f
 def run_chapter(chapter: str,  # the chapter's slug
                 scale: str = "ci",  # 'ci' or 'full'
                 timeout: float = 3600.0,  # seconds for the whole notebook
-                publish: bool = False,  # copy the ledger record to results/<scale>/<chapter>.json
+                publish: bool = False,  # full scale only: the confirmation record to results/full/, one line to results/looks/
                 nbs_dir: Path | None = None,  # notebooks folder (default: the repository's nbs/)
                 out_dir: Path | None = None,  # where the executed notebook goes (default: _build/run/<scale>)
                 echo: Callable[[str], None] = print,  # where the progress lines go
@@ -756,6 +1104,8 @@ def run_chapter(chapter: str,  # the chapter's slug
     from icmlbook.core import SCALES, temp_env
     if scale not in SCALES: raise ValueError(f"scale must be one of {SCALES}, got {scale!r}")
     if not timeout > 0: raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
+    if publish and scale != "full":
+        raise ValueError(f"only a full-scale run on the confirm seeds publishes a confirmation record, got scale={scale!r}")
     root = repo_root()
     nbs = Path(nbs_dir) if nbs_dir else (root / "nbs" if root else None)
     if nbs is None or not (nbs / notebook_name(chapter)).is_file():
@@ -794,7 +1144,15 @@ def run_chapter(chapter: str,  # the chapter's slug
         dest = root / "results" / scale / f"{chapter}.json"
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(record, dest)
-        echo(f"published {dest.relative_to(root)}: commit it")
+        look = {"date": data["started"], "code_hash": data["code_hash"],
+                "seeds": sorted({s for c in data["claims"] for s in c["seeds"]}),
+                "verdicts": {c["id"]: ClaimRecord.from_dict(c).summary() for c in data["claims"]}}
+        log = root / "results" / "looks" / f"{chapter}.jsonl"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a", encoding="utf-8") as f: f.write(json.dumps(look, ensure_ascii=False) + "\n")
+        k = reruns_after_look(looks(chapter, root / "results"), data["code_hash"], look["seeds"])
+        echo(f"published {dest.relative_to(root)} and a line of {log.relative_to(root)}: commit both"
+             + (f"; this is a re-run after a look ({k}): the page and the scoreboard say so" if k else ""))
     return out / path.name
 
 # %% ../nbs/00_claims.ipynb #64192465
@@ -806,7 +1164,8 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("chapter", help="the chapter's slug, e.g. data_pricing")
         p.add_argument("--scale", default="ci", choices=["ci", "full"])
         p.add_argument("--timeout", type=float, default=None, help="seconds for the whole notebook (default: 300 at ci, 3600 at full)")
-        p.add_argument("--publish", action="store_true", help="copy the ledger record to results/<scale>/<slug>.json")
+        p.add_argument("--publish", action="store_true", help="full scale only: write the confirmation record "
+                       "results/full/<slug>.json and append one line to results/looks/<slug>.jsonl")
         a = p.parse_args(argv[1:])
         try:
             nb = run_chapter(a.chapter, a.scale, a.timeout or (300.0 if a.scale == "ci" else 3600.0), a.publish)

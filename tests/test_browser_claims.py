@@ -17,13 +17,40 @@ TABLE_CELLS = """(head) => Array.from(document.querySelectorAll('article table')
 def test_scoreboard_has_one_row_per_chapter(browser, server):
     v = visit(browser, server, "nbs/scoreboard")
     try:
-        tables = v.page.evaluate(TABLE_CELLS, "verdicts (this build)")
+        tables = v.page.evaluate(TABLE_CELLS, "preview (development seeds")
         assert len(tables) == 1, "the scoreboard table is missing"
         rows = tables[0]
         assert len(rows) == len(CHAPTERS) + 1 and all(len(r) == 6 for r in rows), rows
+        assert rows[0][2].startswith("confirmation") and rows[0][3].startswith("preview (development seeds")
         assert [r[1].split(":")[0] for r in rows[1:]] == [s for s, _ in CHAPTERS]
-        for term in ("fragile", "unequal care", "[?Re]", "missing", "incomplete", "development seeds"):
-            assert term in v.page.inner_text("article"), f"the scoreboard page does not explain {term!r}"
+        assert all(r[2] for r in rows[1:]), "a chapter's confirmation cell is empty: it must say 'not confirmed' at least"
+        text = v.page.inner_text("article")
+        for term in ("fragile", "unequal care", "[?Re]", "missing", "incomplete", "development seeds", "not confirmed",
+                     "null not recorded", "edge of grid", "grid too small", "still learning", "re-run after a look"):
+            assert term in text, f"the scoreboard page does not explain {term!r}"
+    finally:
+        v.close()
+
+
+def test_scoreboard_opens_with_the_verdict_map(browser, server):
+    v = visit(browser, server, "nbs/scoreboard")
+    try:
+        first = v.page.evaluate("""() => {
+            const els = Array.from(document.querySelectorAll('article img, article table'));
+            return els.length ? {tag: els[0].tagName, w: els[0].naturalWidth || 0} : null; }""")
+        assert first and first["tag"] == "IMG" and first["w"] > 300, f"the verdict map is not the page's first figure: {first}"
+    finally:
+        v.close()
+
+
+def test_a_chapter_page_shows_its_confirmation_before_its_preview(browser, server):
+    v = visit(browser, server, "nbs/02_data_pricing")
+    try:
+        text = v.page.inner_text("article")
+        conf, prev = text.find("C1, confirmation"), text.find("C1, preview")
+        assert 0 <= conf < prev, "the confirmation line of C1 must come before its preview"
+        assert "not confirmed" in text[conf:prev] and "development seeds" in text[prev:]
+        assert "What we tried" in text, "the design log table is missing"
     finally:
         v.close()
 

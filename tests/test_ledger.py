@@ -1,4 +1,4 @@
-"""The claims protocol across chapters: registry, verdict seeds, robustness, equal care, sanity, scales, the scoreboard."""
+"""The claims protocol across chapters: registry, confirm seeds, robustness, equal care, sanity, nulls, scales, the scoreboard."""
 import json
 import os
 import subprocess
@@ -12,8 +12,8 @@ from icmlbook.claims import (BUDGET_SECONDS, CHAPTERS, ChapterRun, ClaimRecord, 
 REGISTRY = """
 chapter: bas
 issue: 3
-seeds_are: verdict
-seeds: {ci: [100, 101, 102], full: [100, 101, 102, 103]}
+seeds: {ci: [100, 101, 102], confirm: [1000, 1001, 1002, 1003, 1004]}
+burned: [103]
 untuned: {closed form: it has no knob}
 claims:
   C1:
@@ -66,7 +66,31 @@ def test_every_written_chapter_has_a_registry_that_parses(root):
     for slug, _ in CHAPTERS:
         if (root / "nbs" / notebook_name(slug)).exists():
             reg = load_registry(slug)
-            assert reg.claims and all(set(c.seeds) == {"ci", "full"} for c in reg.claims.values()), slug
+            assert reg.claims and all(set(c.seeds) == {"ci", "confirm"} for c in reg.claims.values()), slug
+            assert len(reg.confirm_seeds) >= 5, slug
+            seen = set(reg.tuning_seeds) | set(reg.burned) | set(reg.development)
+            seen |= {s for c in reg.claims.values() for s in c.seeds["ci"]}
+            assert not seen & set(reg.confirm_seeds), slug  # the loader refuses it too; this says which chapter
+
+
+def test_every_seed_a_confirmation_run_looked_at_is_still_confirm_or_burned(root):
+    "Registering fresh confirm seeds must move the old ones to `burned:`; a looked-at seed never becomes fresh again."
+    from icmlbook.claims import looks
+    for slug, _ in CHAPTERS:
+        if not (root / "nbs" / notebook_name(slug)).exists(): continue
+        reg = load_registry(slug)
+        for look in looks(slug, root / "results"):
+            assert set(look["seeds"]) <= set(reg.confirm_seeds) | set(reg.burned), (slug, look["seeds"])
+
+
+def test_a_registry_whose_confirm_seeds_were_seen_is_refused(book):
+    from icmlbook.claims import Registry
+    for text in (REGISTRY.replace("burned: [103]", "burned: [1003]"),
+                 REGISTRY.replace("ci: [100, 101, 102]", "ci: [100, 101, 1002]"),
+                 REGISTRY.replace("burned: [103]", "burned: [103]\ndevelopment: [1000]"),
+                 REGISTRY.replace("seeds: {ci:", "seeds: {tuning: [1004], ci:")):
+        with pytest.raises(ValueError, match="confirm seeds must be fresh"):
+            Registry.from_text(text, "bas")
 
 
 def test_record_takes_the_criterion_from_the_registry(book):
@@ -101,7 +125,7 @@ def test_a_stored_record_that_differs_from_the_registry_is_rejected(book):
 def test_values_from_other_than_the_verdict_seeds_are_refused(book):
     run = start(book)
     for seeds in ([0, 1, 2], [100, 101], [100, 101, 102, 103]):
-        with pytest.raises(ValueError, match=r"registered verdict seeds \[100, 101, 102\] at scale 'ci'"):
+        with pytest.raises(ValueError, match=r"registered seeds \[100, 101, 102\] at scale 'ci'"):
             run.record("C1", {"ratio": [0.13] * len(seeds)}, seeds)
     with pytest.raises(ValueError, match="one value per seed"):
         run.record("C1", {"ratio": [0.13, 0.13]}, [100, 101, 102])
@@ -111,9 +135,9 @@ def test_the_full_scale_has_its_own_seeds_and_ledger(book, monkeypatch):
     led, *_ = book
     monkeypatch.setenv("ICMLBOOK_SCALE", "full")
     run = start(book)
-    with pytest.raises(ValueError, match="verdict seeds"):
+    with pytest.raises(ValueError, match="its confirm seeds"):
         run.record("C1", {"ratio": [0.13] * 3}, [100, 101, 102])
-    run.record("C1", {"ratio": [0.13] * 4}, [100, 101, 102, 103])
+    run.record("C1", {"ratio": [0.13] * 5}, [1000, 1001, 1002, 1003, 1004])
     run.finish()
     assert json.loads((led / "full" / "bas.json").read_text())["scale"] == "full"
     assert not (led / "ci" / "bas.json").exists()
@@ -138,7 +162,8 @@ def test_unequal_tuning_budgets_are_flagged(book):
     run.tune("method", lambda lr: (lr - 0.1) ** 2, {"lr": [0.01, 0.1, 1.0, 3.0]})
     run.tune("baseline", lambda lr: (lr - 0.1) ** 2, {"lr": [0.1]})
     rec = run.record("C2", {"method_loss": [1.0] * 3, "baseline_loss": [2.0] * 3}, [100, 101, 102])
-    assert rec.care == {"method": 4, "baseline": 1} and rec.unequal_care and rec.summary() == "[Re] unequal care"
+    assert rec.care == {"method": 4, "baseline": 1} and rec.unequal_care
+    assert rec.summary() == "[?Re] (grid too small) unequal care"  # one setting tried: nothing bracketed either
 
 
 def test_equal_budgets_and_untuned_by_design_arms_are_not_flagged(book):
@@ -149,8 +174,30 @@ def test_equal_budgets_and_untuned_by_design_arms_are_not_flagged(book):
         run.tune(arm, lambda lr: (lr - 0.1) ** 2, {"lr": [0.01, 0.1, 1.0]})
     rec = run.record("C2", {"method_loss": [1.0] * 3, "baseline_loss": [2.0] * 3}, [100, 101, 102])
     assert rec.care == {"method": 3, "baseline": 3, "closed form": "untuned: it has no knob"}
-    assert rec.flags() == [] and rec.verdict == "[Re]"
-    assert "| baseline | lr ∈ {0.01, 0.1, 1.0} | 3 | lr = 0.1 |" in run.tuning_table()
+    assert rec.flags() == ["development seeds"] and rec.verdict == "[Re]"
+    assert "| baseline | lr ∈ {0.01, 0.1, 1.0} | 3 | lr = 0.1 | 0 | — |" in run.tuning_table()
+
+
+def test_a_baseline_tuned_at_the_edge_of_its_grid_makes_the_claim_inconclusive(book):
+    run = start(book)
+    run.tune("method", lambda lr: (lr - 0.1) ** 2, {"lr": [0.01, 0.1, 1.0]})
+    run.tune("baseline", lambda lr: (lr - 0.001) ** 2, {"lr": [0.01, 0.1, 1.0]})  # its optimum lies below the grid
+    rec = run.record("C2", {"method_loss": [1.0] * 3, "baseline_loss": [2.0] * 3}, [100, 101, 102])
+    assert (rec.verdict, rec.checks_verdict, rec.inconclusive) == ("[?Re]", "[Re]", ["baseline: edge of grid (lr)"])
+
+
+def test_a_registered_null_must_be_recorded_and_beaten(book):
+    _, _, regs, _ = book
+    (regs / "bas.yml").write_text(REGISTRY.replace("arms: [method, baseline]",
+                                                   "arms: [method, baseline]\n    nulls: {method: [the base model]}"))
+    run = start(book)
+    for arm in ("method", "baseline"):
+        run.tune(arm, lambda lr: (lr - 0.1) ** 2, {"lr": [0.01, 0.1, 1.0]})
+    rec = run.record("C2", {"method_loss": [1.0] * 3, "baseline_loss": [2.0] * 3}, [100, 101, 102])
+    assert rec.verdict == "[?Re]" and rec.summary() == "[?Re] (null not recorded)"
+    run.sanity("method", "validation loss", [1.0, 1.0, 3.0], "<", 2.0, against="the base model")  # loses on one seed
+    run.finish()
+    assert board(book)["bas"]["verdicts"][0] == "C2 [?Re] (sanity failed)"
 
 
 def test_a_failed_sanity_check_makes_the_claim_inconclusive(book):
@@ -159,7 +206,7 @@ def test_a_failed_sanity_check_makes_the_claim_inconclusive(book):
     rec = run.record("C2", {"method_loss": [1.0] * 3, "baseline_loss": [2.0] * 3}, [100, 101, 102])
     assert rec.verdict == "[?Re]" and rec.checks_verdict == "[Re]"
     run.finish()
-    assert board(book)["bas"]["verdicts"] == ["C2 [?Re] care not recorded", "C1 missing"]
+    assert board(book)["bas"]["verdicts"] == ["C2 [?Re] (sanity failed) care not recorded", "C1 missing"]
 
 
 def test_a_sanity_check_recorded_after_the_claim_still_counts(book):
@@ -207,21 +254,44 @@ def test_a_changed_notebook_or_registry_makes_the_record_stale(book):
     assert row["status"] == "stale" and row["verdicts"] == []
 
 
-def test_a_published_full_result_shows_until_it_is_stale(book, monkeypatch):
+def test_a_confirmation_record_is_the_verdict_and_says_when_its_code_changed(book, monkeypatch):
     led, nbs, _, res = book
+    assert board(book)["bas"]["confirm"]["status"] == "not confirmed"
     monkeypatch.setenv("ICMLBOOK_SCALE", "full")
     run = start(book)
-    run.record("C1", {"ratio": [0.13] * 4}, [100, 101, 102, 103])
+    run.record("C1", {"ratio": [0.13] * 5}, [1000, 1001, 1002, 1003, 1004])
     run.finish()
     (res / "full").mkdir()
     (res / "full" / "bas.json").write_text((led / "full" / "bas.json").read_text())
     row = board(book)["bas"]
-    assert row["status"] == "not run" and row["full"]["status"] == "ran"
-    assert row["full"]["verdicts"][0] == "C1 [Re]" and "C1 [Re]" in scoreboard_table(list(board(book).values()))
+    assert row["status"] == "not run" and row["confirm"]["status"] == "confirmed" and row["confirm"]["current"]
+    assert row["confirm"]["verdicts"][0] == "C1 [Re]"
+    line = scoreboard_table(list(board(book).values())).splitlines()[5]  # chapter 04
+    assert line.split(" | ")[2].startswith("C1 [Re]")  # the confirmation column comes first
     (nbs / "04_bas.ipynb").write_text(json.dumps({"cells": [{"cell_type": "code", "source": ["x = 2"]}]}))
     row = board(book)["bas"]
-    assert row["full"]["status"] == "stale" and row["full"]["verdicts"] == []
-    assert "C1 [Re]" not in scoreboard_table([row])
+    assert row["confirm"]["current"] is False and "code changed since: stale" in scoreboard_table([row])
+
+
+def test_a_republish_on_the_same_confirm_seeds_from_other_code_is_flagged(book, monkeypatch):
+    led, nbs, _, res = book
+    monkeypatch.setenv("ICMLBOOK_SCALE", "full")
+    run = start(book)
+    run.record("C1", {"ratio": [0.13] * 5}, [1000, 1001, 1002, 1003, 1004])
+    run.finish()
+    (res / "full").mkdir(); (res / "looks").mkdir()
+    data = json.loads((led / "full" / "bas.json").read_text())
+    (res / "full" / "bas.json").write_text(json.dumps(data))
+    look = lambda h: json.dumps({"date": "2026-12-06", "code_hash": h, "seeds": [1000, 1001, 1002, 1003, 1004], "verdicts": {}})
+    (res / "looks" / "bas.jsonl").write_text("\n".join([look("a"), look("b"), look(data["code_hash"])]) + "\n")
+    row = board(book)["bas"]
+    assert row["confirm"]["reruns"] == 2 and row["confirm"]["verdicts"] == ["C1 [Re] re-run after a look (2)"]
+
+
+def test_only_a_full_scale_run_publishes(root):
+    r = subprocess.run([sys.executable, "-m", "icmlbook.claims", "run", "bas", "--publish"], capture_output=True,
+                       text=True, cwd=root)
+    assert r.returncode == 1 and "only a full-scale run on the confirm seeds publishes" in r.stderr
 
 
 def test_a_verdict_cannot_be_forced(book):

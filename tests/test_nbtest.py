@@ -191,7 +191,7 @@ def build_page(notebook: Path, tmp_path: Path, scale: str, *flags: str) -> subpr
 
 def test_a_full_scale_build_executes_again_and_then_comes_from_the_cache(tmp_path):
     (tmp_path / "pages").mkdir()
-    (tmp_path / "bas.yml").write_text("chapter: bas\nseeds: {ci: [100], full: [100, 101]}\nclaims:\n  C1:\n"
+    (tmp_path / "bas.yml").write_text("chapter: bas\nseeds: {ci: [100], confirm: [1000, 1001, 1002, 1003, 1004]}\nclaims:\n  C1:\n"
                                       "    claim: c\n    criterion: ratio <= 1\n    checks: [ratio <= 1]\n")
     nb = write_notebook(tmp_path / "pages" / "scaled.ipynb",
                         "import os\nfrom icmlbook.claims import ChapterRun\n"
@@ -207,7 +207,7 @@ def test_a_full_scale_build_executes_again_and_then_comes_from_the_cache(tmp_pat
     r = build_page(nb, tmp_path, "full", "--expect-cached")
     assert trace.read_text().split() == ["ci", "full"], "the full scale rendered the default scale's outputs"
     assert r.returncode != 0 and "executed scaled.ipynb" in r.stderr, "--expect-cached missed the execution"
-    assert record("full")["scale"] == "full" and record("full")["claims"][0]["seeds"] == [100, 101]
+    assert record("full")["scale"] == "full" and record("full")["claims"][0]["seeds"] == [1000, 1001, 1002, 1003, 1004]
     r = build_page(nb, tmp_path, "full", "--expect-cached")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert trace.read_text().split() == ["ci", "full"], "the second full-scale build executed the page again"

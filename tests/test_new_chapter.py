@@ -47,7 +47,8 @@ def test_template_has_the_sections_and_joins_toc_and_index(tmp_path):
     assert code[0] == f"#| default_exp {slug}" and f'run = ChapterRun("{slug}")' in code[1] and code[-1] == "run.finish()"
     assert sum("raise NotImplementedError" in c for c in code) >= len(SECTIONS) - 1
     reg = Registry.from_text((tmp_path / "nbs" / "claims" / f"{slug}.yml").read_text(), slug)
-    assert reg.issue == 25 and reg.seed_kind == "verdict" and reg.seeds("C1", "ci") == (100, 101, 102)
+    assert reg.issue == 25 and reg.seeds("C1", "ci") == (100, 101, 102)
+    assert reg.seeds("C1", "full") == (1000, 1001, 1002, 1003, 1004)
     toc = yaml.safe_load((tmp_path / "_toc.yml").read_text())
     part = next(p for p in toc["parts"] if f"nbs/{stem}" in [c["file"] for c in p["chapters"]])
     files = [c["file"] for c in part["chapters"]]

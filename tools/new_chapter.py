@@ -93,11 +93,13 @@ def template(slug: str, title: str) -> dict:
 def registry(slug: str, issue: int | None) -> str:
     return (f"# Registered claims of chapter {notebook_name(slug)[:2]} (icmlbook.{slug}). Copy the claims, criteria and\n"
             f"# checks from the chapter's issue word for word, before the verdict run; then replace this placeholder.\n"
-            f"chapter: {slug}\nissue: {issue if issue is not None else 'null'}\nseeds_are: verdict\n"
-            f"seeds: {{ci: [100, 101, 102], full: [100, 101, 102, 103, 104]}}\n"
-            f"untuned: {{}}\nclaims:\n  C1:\n    claim: \"placeholder: the paper's claim in one sentence\"\n"
+            f"# Develop on the ci seeds; the confirm seeds run once, at full scale, after the last change (protocol 3).\n"
+            f"chapter: {slug}\nissue: {issue if issue is not None else 'null'}\n"
+            f"seeds: {{tuning: [50], ci: [100, 101, 102], confirm: [1000, 1001, 1002, 1003, 1004]}}\n"
+            f"development: []\nburned: []\nuntuned: {{}}\ntrained: {{}}\n"
+            f"claims:\n  C1:\n    claim: \"placeholder: the paper's claim in one sentence\"\n"
             f"    criterion: \"placeholder: the issue's criterion, word for word\"\n"
-            f"    checks: [placeholder_quantity >= 1]\n    arms: []\n")
+            f"    checks: [placeholder_quantity >= 1]\n    arms: []\nlog: []\n")
 
 
 def add_to_toc(root: Path, slug: str) -> None:
