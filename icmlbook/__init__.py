@@ -21,3 +21,15 @@ def _not_torchao_cpu_noise(record: _logging.LogRecord) -> bool:
 TORCHAO_CPU_NOISE_LOGGERS = ("torchao", "torch.utils._pytree", "diffusers.quantizers.torchao.torchao_quantizer")
 for _name in TORCHAO_CPU_NOISE_LOGGERS:  # a filter on the logger that emits: other loggers and messages pass untouched
     _logging.getLogger(_name).addFilter(_not_torchao_cpu_noise)
+
+
+BITSANDBYTES_CPU_NOISE_LOGGER = "bitsandbytes.backends.cpu.ops"
+
+
+def _not_bitsandbytes_cpu_noise(record: _logging.LogRecord) -> bool:
+    """False for the warning bitsandbytes' CPU backend logs when it cannot fetch its 4-bit matmul kernel from a hub
+    (the book runs offline and never uses 4-bit matmuls; its 8-bit optimizer runs without it), True otherwise."""
+    return not record.getMessage().startswith("Failed to load CPU gemm_4bit_forward from kernels-community")
+
+
+_logging.getLogger(BITSANDBYTES_CPU_NOISE_LOGGER).addFilter(_not_bitsandbytes_cpu_noise)

@@ -134,7 +134,7 @@ def make_instruction_pairs(meta: dict) -> list[tuple[str, str]]:
 
 def encode_pairs(pairs: list[tuple[str, str]], n_visual: int, length: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Token ids (B, length) of prompt + response + <eos>, and LM labels (B, n_visual + length): -100 on the
-    visual tokens, the prompt and the padding, so that only response tokens are supervised (Eq. (1))."""
+    visual tokens, the prompt and the padding, so that only response tokens are supervised (Eq. (babelrs-eq-csia))."""
     ids = torch.zeros(len(pairs), length, dtype=torch.long)
     labels = torch.full((len(pairs), n_visual + length), -100, dtype=torch.long)
     for b, (q, r) in enumerate(pairs):
@@ -148,14 +148,14 @@ def encode_pairs(pairs: list[tuple[str, str]], n_visual: int, length: int) -> tu
 def csia_loss(logits: torch.Tensor,  # (B, T, V) next-token logits of the LM
               labels: torch.Tensor,  # (B, T) target ids, -100 where not supervised
               ) -> torch.Tensor:
-    "L_align = -mean_j log P(r_j | q, r_<j, E(x)) over response tokens only, Eq. (1): position t predicts token t+1."
+    "L_align = -mean_j log P(r_j | q, r_<j, E(x)) over response tokens only, Eq. (babelrs-eq-csia): position t predicts token t+1."
     if logits.shape[:2] != labels.shape:
         raise ValueError(f"logits (B, T, V) and labels (B, T) must agree, got {tuple(logits.shape)} and {tuple(labels.shape)}")
     return F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100)
 
 # %% ../nbs/11_babelrs.ipynb #2bedd835
 def lvsa_alpha(step: int, tau: float) -> float:
-    "LVSA annealing weight alpha(t) = min(t / tau, 1), Eq. (2)."
+    "LVSA annealing weight alpha(t) = min(t / tau, 1), Eq. (babelrs-eq-alpha)."
     if not tau > 0: raise ValueError(f"tau must be > 0, got {tau!r}")
     if step < 0: raise ValueError(f"step must be >= 0, got {step!r}")
     return min(step / tau, 1.0)
@@ -164,7 +164,7 @@ def lvsa_fuse(hidden_states: tuple[torch.Tensor, ...],  # ViT outputs: embedding
               layers: tuple[int, ...],  # the selected layer set S (indices into hidden_states, 1..L)
               alpha: float,  # blending weight alpha(t) in [0, 1]
               ) -> torch.Tensor:
-    "F~ = (1 - alpha) F_L + alpha |S|^-1 sum_{l in S} F_l, Eq. (3); (B, N, d)."
+    "F~ = (1 - alpha) F_L + alpha |S|^-1 sum_{l in S} F_l, Eq. (babelrs-eq-fuse); (B, N, d)."
     L = len(hidden_states) - 1
     if not len(layers): raise ValueError("layers must hold at least one layer index")
     if any(not 1 <= l <= L for l in layers): raise ValueError(f"layers must lie in 1..{L}, got {tuple(layers)}")
@@ -194,7 +194,7 @@ def grid_features(vit: ViTModel, x: torch.Tensor, layers: tuple[int, ...], alpha
     return lvsa_fuse(hs, layers, alpha)[:, 1:]
 
 class BabelRSPretrainer(nn.Module):
-    "CSIA: ViT -> LVSA fusion -> 2x2 pixel-unshuffle -> shared projector (LN, Linear, GELU, Linear) -> GPT-2 (Eq. (1)-(3))."
+    "CSIA: ViT -> LVSA fusion -> 2x2 pixel-unshuffle -> shared projector (LN, Linear, GELU, Linear) -> GPT-2 (Eqs. (babelrs-eq-csia)-(babelrs-eq-fuse))."
     def __init__(self, vit: ViTModel, lm: GPT2LMHeadModel, layers: tuple[int, ...]):
         super().__init__()
         d, e = vit.config.hidden_size, lm.config.n_embd
@@ -228,7 +228,7 @@ def _batches(n: int, batch: int, steps: int, gen: torch.Generator):
 def pretrain_csia(model: BabelRSPretrainer, data: list[dict], steps: int, alpha_at: Callable[[int], float],
                   lr: float = 2e-3, batch: int = 32, seed: int = 0, length: int = 24) -> list[float]:
     """Concept-Shared Instruction Aligning on disjoint per-modality sets (pooled, shuffled), nothing frozen; the
-    visual features at step t are fused with alpha_at(t) (LVSA, Eq. (2)-(3)). AdamW, cosine decay. Returns the losses."""
+    visual features at step t are fused with alpha_at(t) (LVSA, Eqs. (babelrs-eq-alpha)-(babelrs-eq-fuse)). AdamW, cosine decay. Returns the losses."""
     x = torch.cat([d["x"] for d in data])
     pairs = [make_instruction_pairs(m) for d in data for m in d["meta"]]
     n_kinds, = {len(p) for p in pairs}                                              # every scene: the same instruction kinds
@@ -393,7 +393,7 @@ def detection_map(preds: list[dict], gts: list[dict], iou: float = 0.5, n_classe
     return float(np.nanmean(class_aps(preds, gts, iou, n_classes)))
 
 def h_map(per_modality: dict[str, float]) -> float:
-    "H-mAP = |M| / sum_m 1 / mAP_m, Eq. (4): the harmonic mean of the per-modality mAPs (0 if any is 0)."
+    "H-mAP = |M| / sum_m 1 / mAP_m, Eq. (babelrs-eq-hmap): the harmonic mean of the per-modality mAPs (0 if any is 0)."
     v = np.asarray(list(per_modality.values()), dtype=float)
     if not len(v): raise ValueError("per_modality must hold at least one modality's mAP")
     if ((v < 0) | (v > 1)).any() or np.isnan(v).any(): raise ValueError(f"every mAP must lie in [0, 1], got {per_modality}")

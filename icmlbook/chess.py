@@ -10,6 +10,8 @@ from numpy.polynomial.chebyshev import chebvander
 from sklearn.cluster import KMeans
 from torch import nn
 from torch.func import functional_call
+from .core import check_int, check_number
+
 
 # %% auto #0
 __all__ = ['CLASS_RECIPES', 'FULL_RANK_CLASS', 'INTERFERER_CYCLES', 'ARCHS', 'sample_times', 'make_sensor_dataset',
@@ -30,20 +32,10 @@ CLASS_RECIPES = (  # three latent sources per class: (kind, frequency in cycles 
 FULL_RANK_CLASS = 5
 INTERFERER_CYCLES = 25.0  # the high-frequency nuisance, cycles per unit window
 
-def _check_int(v, name: str, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
-    return int(v)
-
-def _check_nonneg(v, name: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not v >= 0:   # also rejects nan
-        raise ValueError(f"{name} must be a number >= 0, got {v!r}")
-    return float(v)
-
 def sample_times(T: int,  # number of samples in the unit window
                  ) -> np.ndarray:
     "The sampling grid t_i = (i + 1/2) / T of the unit time window, Eq. (chess-eq-grid); shape (T,)."
-    return (np.arange(_check_int(T, "T", 1)) + 0.5) / T
+    return (np.arange(check_int(T, "T", 1)) + 0.5) / T
 
 def _source(kind: str, f: float, p: dict, t: np.ndarray) -> np.ndarray:
     "One latent source evaluated at continuous times t; shape (len(t),)."
@@ -68,11 +60,11 @@ def make_sensor_dataset(n_per_class: int,  # samples per class
                         mix_jitter: float = 0.15,  # per-sample jitter of the mixing matrix
                         ) -> dict:
     "6-class, C-channel sensor data from continuous-time sources: {'y': (n,), T: (n, C, T), T': (n, C, T') ...} float32."
-    _check_int(n_per_class, "n_per_class", 1); _check_int(T, "T", 1)
-    if _check_int(C, "C", 1) < 3:
+    check_int(n_per_class, "n_per_class", 1); check_int(T, "T", 1)
+    if check_int(C, "C", 1) < 3:
         raise ValueError(f"C must be an int >= 3 (three latent sources), got {C!r}")
     for v, name in ((noise, "noise"), (interferer, "interferer"), (mix_class, "mix_class"), (mix_jitter, "mix_jitter")):
-        _check_nonneg(v, name)
+        check_number(v, name, lo=0)
     if not isinstance(lengths, (tuple, list)) or not all(
             isinstance(L, (int, np.integer)) and not isinstance(L, bool) and L >= 1 for L in lengths):
         raise ValueError(f"lengths must be a tuple of ints >= 1, got {lengths!r}")
@@ -102,17 +94,17 @@ def make_sensor_dataset(n_per_class: int,  # samples per class
 def segment_nodes(seglen: int,  # samples per segment
                   ) -> np.ndarray:
     "Cell-centred nodes x_j = -1 + (2j + 1) / seglen of one segment, Eq. (chess-eq-nodes); shape (seglen,)."
-    return -1 + (2 * np.arange(_check_int(seglen, "seglen", 1)) + 1) / seglen
+    return -1 + (2 * np.arange(check_int(seglen, "seglen", 1)) + 1) / seglen
 
 def chebyshev_basis(seglen: int,  # samples per segment
                     degree: int,  # polynomial degree d
                     ) -> np.ndarray:
     "B[j, i] = T_j(x_i) at the segment's nodes, Eq. (chess-eq-basis); shape (degree + 1, seglen)."
-    _check_int(degree, "degree", 0)
+    check_int(degree, "degree", 0)
     return chebvander(segment_nodes(seglen), degree).T
 
 def _check_geometry(T: int, C: int, rank: int, seglen: int, degree: int) -> None:
-    _check_int(T, "T", 1); _check_int(C, "C", 1); _check_int(seglen, "seglen", 1); _check_int(degree, "degree", 0)
+    check_int(T, "T", 1); check_int(C, "C", 1); check_int(seglen, "seglen", 1); check_int(degree, "degree", 0)
     if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 1 <= rank <= C:
         raise ValueError(f"rank must be an int in [1, C] = [1, {C}], got {rank!r}")
     if T % seglen:
@@ -145,7 +137,7 @@ class ChessSynthesizer(nn.Module):
                  dtype: torch.dtype = torch.float32):
         super().__init__()
         _check_geometry(T, C, rank, seglen, degree)
-        self.n_class, self.ipc = _check_int(n_class, "n_class", 1), _check_int(ipc, "ipc", 1)
+        self.n_class, self.ipc = check_int(n_class, "n_class", 1), check_int(ipc, "ipc", 1)
         self.T, self.C, self.rank, self.seglen, self.degree = T, C, rank, seglen, degree
         self.n_seg, n = T // seglen, n_class * ipc
         self.register_buffer("basis", torch.tensor(chebyshev_basis(seglen, degree), dtype=dtype))   # B, (d+1, l)
@@ -212,15 +204,15 @@ class RawSynthesizer(nn.Module):
                  T_store: int | None = None,  # values stored per channel (default T)
                  ):
         super().__init__()
-        self.n_class, self.ipc = _check_int(n_class, "n_class", 1), _check_int(ipc, "ipc", 1)
-        self.T, self.C = _check_int(T, "T", 1), _check_int(C, "C", 1)
-        self.T_store = T if T_store is None else _check_int(T_store, "T_store", 2)
+        self.n_class, self.ipc = check_int(n_class, "n_class", 1), check_int(ipc, "ipc", 1)
+        self.T, self.C = check_int(T, "T", 1), check_int(C, "C", 1)
+        self.T_store = T if T_store is None else check_int(T_store, "T_store", 2)
         self.values = nn.Parameter(torch.zeros(n_class * ipc, C, self.T_store))     # (N, C, T_store)
         self.register_buffer("y", torch.arange(n_class).repeat_interleave(ipc))
 
     def data(self, T: int | None = None) -> torch.Tensor:
         "The samples at T points (default: native), linear interpolation of the stored grid; shape (N, C, T)."
-        T = self.T if T is None else _check_int(T, "T", 1)
+        T = self.T if T is None else check_int(T, "T", 1)
         return self.values if T == self.T_store else F.interpolate(self.values, size=T, mode="linear", align_corners=False)
 
     def n_params(self) -> int:
@@ -253,8 +245,8 @@ class LowRankSynthesizer(nn.Module):
                  n_points: int = 24,  # values stored per time factor, P
                  ):
         super().__init__()
-        self.n_class, self.ipc = _check_int(n_class, "n_class", 1), _check_int(ipc, "ipc", 1)
-        self.T, self.C, self.n_points = _check_int(T, "T", 1), _check_int(C, "C", 1), _check_int(n_points, "n_points", 2)
+        self.n_class, self.ipc = check_int(n_class, "n_class", 1), check_int(ipc, "ipc", 1)
+        self.T, self.C, self.n_points = check_int(T, "T", 1), check_int(C, "C", 1), check_int(n_points, "n_points", 2)
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 1 <= rank <= C:
             raise ValueError(f"rank must be an int in [1, C] = [1, {C}], got {rank!r}")
         self.rank, n = rank, n_class * ipc
@@ -265,7 +257,7 @@ class LowRankSynthesizer(nn.Module):
 
     def data(self, T: int | None = None) -> torch.Tensor:
         "X = U diag(sigma) V^T with U the coarse time factors linearly interpolated to T points; shape (N, C, T)."
-        T = self.T if T is None else _check_int(T, "T", 1)
+        T = self.T if T is None else check_int(T, "T", 1)
         u = F.interpolate(self.u, size=T, mode="linear", align_corners=False)          # (N, R, T)
         return torch.einsum("nrt,nr,ncr->nct", u, self.sigma, self.V)
 
@@ -340,7 +332,7 @@ def accuracy(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> float:
 def train_classifier(net: nn.Module, X: torch.Tensor, y: torch.Tensor, steps: int, lr: float = 3e-3,
                      batch: int = 64, seed: int = 0) -> nn.Module:
     "Adam on the cross-entropy, `steps` minibatches of at most `batch` samples (full batch when the set is smaller)."
-    _check_int(steps, "steps", 0); _check_int(batch, "batch", 1)
+    check_int(steps, "steps", 0); check_int(batch, "batch", 1)
     if isinstance(lr, bool) or not isinstance(lr, (int, float, np.floating)) or not lr > 0:
         raise ValueError(f"lr must be a number > 0, got {lr!r}")
     gen, opt = torch.Generator().manual_seed(seed), torch.optim.Adam(net.parameters(), lr=lr)
@@ -366,7 +358,7 @@ def train_experts(X: torch.Tensor, y: torch.Tensor,  # real training data, (n, C
                   n_experts: int, epochs: int, seed: int, batch: int = 64, lr: float = 3e-3) -> list[tuple[dict, dict]]:
     "ConvNet experts trained on real data; for each, (initial weights, trained weights)."
     experts = []
-    for e in range(_check_int(n_experts, "n_experts", 1)):
+    for e in range(check_int(n_experts, "n_experts", 1)):
         torch.manual_seed(seed * 1000 + e)
         net = ConvNet(X.shape[1], int(y.max()) + 1)
         init = {k: v.clone() for k, v in net.state_dict().items()}
@@ -395,7 +387,7 @@ def kmeans_select(X: torch.Tensor, y: torch.Tensor,  # real data, (n, C, T) and 
 def random_select(y: torch.Tensor, ipc: int, seed: int) -> torch.Tensor:
     "Per class, ipc real samples drawn without replacement; indices (n_class * ipc,), by class."
     groups = [torch.nonzero(y == c).flatten() for c in range(int(y.max()) + 1)]
-    if _check_int(ipc, "ipc", 1) > min(len(w) for w in groups):
+    if check_int(ipc, "ipc", 1) > min(len(w) for w in groups):
         raise ValueError(f"ipc must be at most the smallest class size, {min(len(w) for w in groups)}, got {ipc}")
     gen = torch.Generator().manual_seed(seed)
     return torch.cat([w[torch.randperm(len(w), generator=gen)[:ipc]] for w in groups])
@@ -431,14 +423,14 @@ def distill(synth: nn.Module,  # ChessSynthesizer or RawSynthesizer, initialised
             iters: int, lr: float, seed: int, n_real: int = 16) -> list[tuple[float, float]]:
     "Optimise the synthetic set's parameters with the inner- and inter-class losses; returns the (inner, inter) losses per iteration."
     if not lr > 0: raise ValueError(f"lr must be positive, got {lr!r}")
-    _check_int(n_real, "n_real", 1)
+    check_int(n_real, "n_real", 1)
     gen = torch.Generator().manual_seed(seed)
     net = ConvNet(X_real.shape[1], synth.n_class).requires_grad_(False)          # a shell for functional_call
     opt = torch.optim.Adam([{"params": [p], "lr": lr * float(p.detach().pow(2).mean().sqrt()) + 1e-12}
                             for p in synth.parameters()])
     by_class = [torch.nonzero(y_real == c).flatten() for c in range(synth.n_class)]
     history = []
-    for _ in range(_check_int(iters, "iters", 0)):
+    for _ in range(check_int(iters, "iters", 0)):
         init, trained = experts[int(torch.randint(len(experts), (1,), generator=gen))]
         theta = interpolate_expert(init, trained, float(torch.rand(1, generator=gen)))
         idx = torch.cat([w[torch.randint(len(w), (n_real,), generator=gen)] for w in by_class])

@@ -23,11 +23,12 @@ from pathlib import Path
 import numpy as np
 
 # %% auto #0
-__all__ = ['CHAPTERS', 'BUDGET_SECONDS', 'VERDICTS', 'SEED_KINDS', 'SCALE_SEEDS', 'PROTOCOL', 'VERDICT_COLOURS', 'notebook_name',
-           'Check', 'verdict', 'ClaimRecord', 'RegisteredClaim', 'Registry', 'registry_path', 'load_registry', 'Tuning',
-           'tune', 'still_learning', 'expected_best', 'repo_root', 'ledger_dir', 'results_dir', 'notebook_hash',
-           'code_hash', 'ChapterRun', 'budget_figure', 'claim_table', 'seed_table', 'looks', 'reruns_after_look',
-           'confirmation', 'confirmation_text', 'scoreboard', 'scoreboard_table', 'verdict_map', 'run_chapter', 'main']
+__all__ = ['CHAPTERS', 'BUDGET_SECONDS', 'VERDICTS', 'SEED_KINDS', 'SCALE_SEEDS', 'PROTOCOL', 'KERNEL_PINS', 'VERDICT_COLOURS',
+           'notebook_name', 'Check', 'verdict', 'ClaimRecord', 'RegisteredClaim', 'Registry', 'registry_path',
+           'load_registry', 'Tuning', 'tune', 'still_learning', 'expected_best', 'repo_root', 'ledger_dir',
+           'results_dir', 'notebook_hash', 'code_hash', 'ChapterRun', 'tuning_flags', 'assess', 'budget_figure',
+           'claim_table', 'seed_table', 'looks', 'reruns_after_look', 'confirmation', 'confirmation_text', 'scoreboard',
+           'scoreboard_table', 'verdict_map', 'run_chapter', 'merge_records', 'merge_chapter', 'main']
 
 # %% ../nbs/00_claims.ipynb #272e56e1
 CHAPTERS: tuple[tuple[str, str], ...] = (
@@ -177,6 +178,7 @@ class ClaimRecord:
     tuning_flags: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # arm -> its tuning-adequacy flags
     missing_nulls: tuple[str, ...] = ()  # 'arm against null' for each registered null with no sanity record
     repeats: dict[str, int] = dataclasses.field(default_factory=dict)  # quantity -> registered number of measurements
+    whole_run: tuple[str, ...] = ()  # quantities handed over as one value for the whole run (not one per seed)
 
     def __post_init__(self):
         for name in ("chapter", "id", "claim", "criterion"):
@@ -201,6 +203,7 @@ class ClaimRecord:
         object.__setattr__(self, "arms", tuple(self.arms))
         object.__setattr__(self, "failed_sanity", tuple(self.failed_sanity))
         object.__setattr__(self, "missing_nulls", tuple(self.missing_nulls))
+        object.__setattr__(self, "whole_run", tuple(sorted(self.whole_run)))
         object.__setattr__(self, "tuning_flags", {str(a): list(f) for a, f in self.tuning_flags.items() if f})
         if self.seed_kind is None: object.__setattr__(self, "seed_kind", "confirm" if self.scale == "full" else "development")
         if self.seed_kind not in SEED_KINDS:
@@ -330,7 +333,7 @@ class ClaimRecord:
                 "seeds": list(self.seeds), "scale": self.scale, "arms": list(self.arms), "care": dict(self.care),
                 "failed_sanity": list(self.failed_sanity), "seed_kind": self.seed_kind,
                 "tuning_flags": dict(self.tuning_flags), "missing_nulls": list(self.missing_nulls),
-                "repeats": dict(self.repeats), "inconclusive": self.inconclusive,
+                "repeats": dict(self.repeats), "whole_run": list(self.whole_run), "inconclusive": self.inconclusive,
                 "verdict": self.verdict, "checks_held": [k, n], "fragile": self.fragile, "flags": self.flags(),
                 "seed_holds": self.seed_holds()}
 
@@ -344,7 +347,7 @@ class ClaimRecord:
         rec = cls(d["chapter"], d["id"], d["claim"], d["criterion"], checks,
                   {k: v["values"] for k, v in d["measured"].items()}, d["seeds"], d["scale"],
                   d.get("arms", ()), d.get("care", {}), d.get("failed_sanity", ()), d.get("seed_kind", "verdict"),
-                  d.get("tuning_flags", {}), d.get("missing_nulls", ()), d.get("repeats", {}))
+                  d.get("tuning_flags", {}), d.get("missing_nulls", ()), d.get("repeats", {}), d.get("whole_run", ()))
         if rec.verdict != d["verdict"]:
             raise ValueError(f"stored verdict {d['verdict']} of {d['chapter']}/{d['id']} "
                              f"disagrees with its measured values ({rec.verdict})")
@@ -678,7 +681,8 @@ class ChapterRun:
         nbs = Path(nbs_dir) if nbs_dir else (root / "nbs" if root else None)
         nb_path = nbs / self.notebook if nbs else None
         from icmlbook.core import scale
-        self.data = {"chapter": chapter, "notebook": self.notebook, "scale": scale(),
+        self.only = _partial_seed(self.registry, scale())  # one seed job of a fanned-out run (ICMLBOOK_SEED), or None
+        self.data = {"chapter": chapter, "notebook": self.notebook, "scale": scale(), "partial_seed": self.only,
                      "code_hash": code_hash(chapter, nb_path, registry), "registry_sha256": self.registry.sha256,
                      "started": _dt.datetime.now().isoformat(timespec="seconds"),
                      "versions": _versions(), "machine": _machine(), "protocol": PROTOCOL,
@@ -692,11 +696,13 @@ class ChapterRun:
 
     @property
     def path(self) -> Path:
-        return ledger_dir(self.scale) / f"{self.chapter}.json"
+        return ledger_dir(self.scale) / (f"{self.chapter}.json" if self.only is None else f"{self.chapter}.seed{self.only}.json")
 
     def seeds(self, claim_id: str) -> tuple[int, ...]:
-        "The registered seeds of a claim at this run's scale: its ci (development) seeds, or its confirm seeds at full."
-        return self.registry.seeds(claim_id, self.scale)
+        """The registered seeds of a claim at this run's scale: its ci (development) seeds, or its confirm seeds at full.
+        In one seed job (ICMLBOOK_SEED=S) a claim judged on S gets (S,); a claim not judged on S keeps all its seeds."""
+        seeds = self.registry.seeds(claim_id, self.scale)
+        return (self.only,) if self.only in seeds else seeds
 
     def tune(self, arm: str, objective: Callable[..., float], grid: dict | list[dict], minimize: bool = True,
              experiment: str = "experiment", seed: int | None = None) -> Tuning:
@@ -780,7 +786,8 @@ class ChapterRun:
             kind = "confirm" if self.scale == "full" else "ci (development)"
             raise ValueError(f"claim {id} must be judged on its registered seeds {list(want)} at scale {self.scale!r} "
                              f"(its {kind} seeds), got values from seeds {list(seeds)}")
-        rec = self._assess(reg, measured, seeds)
+        whole_run = tuple(k for k, v in measured.items() if not isinstance(v, (list, tuple, np.ndarray)))
+        rec = self._assess(reg, measured, seeds, whole_run)
         self.data["claims"].append(rec.to_dict())
         self._write()
         if self.show:
@@ -794,40 +801,17 @@ class ChapterRun:
 
     def tuning_flags(self, arm: str) -> list[str]:
         "The tuning-adequacy flags of one arm: its grids' edges and sizes, its curves, and its training length."
-        if arm in self.registry.untuned: return []
-        mine = [t for t in self.data["tuning"] if t["arm"] == arm]
-        counts: dict[str, int] = {}
-        for t in mine:
-            for f in Tuning(**_tuning_fields(t)).flags: counts[f] = counts.get(f, 0) + 1
-        out = [f if len(mine) == 1 else f"{f[:-1]}, {n} of {len(mine)} tunings)" for f, n in counts.items()]
-        curves = [c for c in self.data["curves"] if c["arm"] == arm]
-        if learning := [c["seed"] for c in curves if c["still_learning"]]:
-            out.append(f"still learning (seed {', '.join(map(str, learning))})")
-        knob = self.registry.trained.get(arm)
-        if knob == "curve" and not curves: out.append("length not tuned (no validation curve recorded)")
-        elif knob not in (None, "curve") and not any(Tuning(**_tuning_fields(t)).axes.get(knob, {}).get("values", 0) > 1
-                                                     for t in mine):
-            out.append(f"length not tuned ({knob})")
-        return out
+        return tuning_flags(self.registry, self.data, arm)
 
-    def _assess(self, reg: RegisteredClaim, measured: dict, seeds) -> ClaimRecord:
-        budgets = {}
-        for t in self.data["tuning"]: budgets[t["arm"]] = budgets.get(t["arm"], 0) + t["evaluations"]
-        care = {a: f"untuned: {self.registry.untuned[a]}" if a in self.registry.untuned else budgets.get(a, 0)
-                for a in reg.arms}
-        failed = sorted({s["arm"] for s in self.data["sanity"] if not s["holds"] and s["arm"] in reg.arms})
-        recorded = {(s["arm"], s["against"]) for s in self.data["sanity"]}
-        missing = [f"{a} against {n}" for a, names in reg.nulls.items() for n in names if (a, n) not in recorded]
-        return ClaimRecord(self.chapter, reg.id, reg.claim, reg.criterion, reg.checks, measured, seeds, self.scale,
-                           reg.arms, care, failed, "confirm" if self.scale == "full" else "development",
-                           {a: self.tuning_flags(a) for a in reg.arms}, missing, reg.repeat)
+    def _assess(self, reg: RegisteredClaim, measured: dict, seeds, whole_run=()) -> ClaimRecord:
+        return assess(self.registry, self.data, reg, measured, seeds, whole_run)
 
     def finish(self) -> None:
         "Stop the chapter's clock, write its wall time to the ledger and show it once, at the end of the page."
         self.data["wall_time"] = round(time.perf_counter() - self._start, 2)
         # sanity checks or tuning recorded after a claim still count: re-assess every claim with the final records
         self.data["claims"] = [self._assess(self.registry.claim(c["id"]), {k: v["values"] for k, v in c["measured"].items()},
-                                            c["seeds"]).to_dict() for c in self.data["claims"]]
+                                            c["seeds"], c.get("whole_run", ())).to_dict() for c in self.data["claims"]]
         self._write()
         if self.registry.log: self._display("**What we tried** (the registry's design log)\n\n" + self.registry.log_table())
         if self.show and self.data["tuning"]:
@@ -854,6 +838,47 @@ class ChapterRun:
         tmp.write_text(json.dumps(self.data, indent=1, ensure_ascii=False), encoding="utf-8")
         tmp.replace(self.path)
 
+def _partial_seed(registry: Registry, scale: str) -> int | None:
+    "The seed of a seed job (environment variable ICMLBOOK_SEED), checked against the registry, or None."
+    v = os.environ.get("ICMLBOOK_SEED", "").strip()
+    if not v: return None
+    allowed = sorted({s for c in registry.claims for s in registry.seeds(c, scale)})
+    if not v.lstrip("-").isdigit() or int(v) not in allowed:
+        raise ValueError(f"ICMLBOOK_SEED must be one of chapter {registry.chapter!r}'s {SCALE_SEEDS[scale]} seeds "
+                         f"{allowed} at scale {scale!r}, got {v!r}")
+    return int(v)
+
+def tuning_flags(registry: Registry, data: dict, arm: str) -> list[str]:
+    "The tuning-adequacy flags of one arm from a run's records: its grids' edges and sizes, its curves, its training length."
+    if arm in registry.untuned: return []
+    mine = [t for t in data["tuning"] if t["arm"] == arm]
+    counts: dict[str, int] = {}
+    for t in mine:
+        for f in Tuning(**_tuning_fields(t)).flags: counts[f] = counts.get(f, 0) + 1
+    out = [f if len(mine) == 1 else f"{f[:-1]}, {n} of {len(mine)} tunings)" for f, n in counts.items()]
+    curves = [c for c in data.get("curves", []) if c["arm"] == arm]
+    if learning := [c["seed"] for c in curves if c["still_learning"]]:
+        out.append(f"still learning (seed {', '.join(map(str, learning))})")
+    knob = registry.trained.get(arm)
+    if knob == "curve" and not curves: out.append("length not tuned (no validation curve recorded)")
+    elif knob not in (None, "curve") and not any(Tuning(**_tuning_fields(t)).axes.get(knob, {}).get("values", 0) > 1
+                                                 for t in mine):
+        out.append(f"length not tuned ({knob})")
+    return out
+
+def assess(registry: Registry, data: dict, reg: RegisteredClaim, measured: dict, seeds, whole_run=()) -> ClaimRecord:
+    "The record of one registered claim from a run's measured values and its tuning, curve and sanity records."
+    budgets = {}
+    for t in data["tuning"]: budgets[t["arm"]] = budgets.get(t["arm"], 0) + t["evaluations"]
+    care = {a: f"untuned: {registry.untuned[a]}" if a in registry.untuned else budgets.get(a, 0) for a in reg.arms}
+    failed = sorted({s["arm"] for s in data["sanity"] if not s["holds"] and s["arm"] in reg.arms})
+    recorded = {(s["arm"], s["against"]) for s in data["sanity"]}
+    missing = [f"{a} against {n}" for a, names in reg.nulls.items() for n in names if (a, n) not in recorded]
+    scale = data["scale"]
+    return ClaimRecord(registry.chapter, reg.id, reg.claim, reg.criterion, reg.checks, measured, seeds, scale,
+                       reg.arms, care, failed, "confirm" if scale == "full" else "development",
+                       {a: tuning_flags(registry, data, a) for a in reg.arms}, missing, reg.repeat, whole_run)
+
 PROTOCOL = 3  # the claims protocol records are written under
 
 def _tuning_fields(t: dict) -> dict:
@@ -877,9 +902,25 @@ def budget_figure(tuning: list[dict]):
     fig.tight_layout()
     return fig
 
+# The instruction set the kernels of torch (ATen, oneDNN, MKL) and numpy's OpenBLAS are pinned to in notebook runs,
+# so that the same code gives the same numbers on any x86-64 CPU with AVX2 (set before torch and numpy load;
+# `make` exports them, `run_chapter` passes them to its kernel; a value already in the environment is kept).
+KERNEL_PINS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "OPENBLAS_CORETYPE": "Haswell"}
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return next((l.split(":", 1)[1].strip() for l in f if l.startswith("model name")), platform.processor() or "CPU")
+    except OSError:
+        return platform.processor() or "CPU"
+
 def _machine() -> str:
+    "The machine field of a record: CPU model, cores, threads, and the instruction set its kernels ran at."
     import torch
-    return f"{platform.machine()} CPU, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads"
+    pins = [f"{k}={os.environ[k]}" for k in KERNEL_PINS if os.environ.get(k)]
+    level = torch.backends.cpu.get_cpu_capability()
+    return (f"{_cpu_model()} ({platform.machine()}), {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, "
+            f"torch kernels {level}; " + (f"pinned: {', '.join(pins)}" if pins else "kernels not pinned"))
 
 def _markdown(text: str):
     from IPython.display import Markdown
@@ -1096,6 +1137,7 @@ def run_chapter(chapter: str,  # the chapter's slug
                 nbs_dir: Path | None = None,  # notebooks folder (default: the repository's nbs/)
                 out_dir: Path | None = None,  # where the executed notebook goes (default: _build/run/<scale>)
                 echo: Callable[[str], None] = print,  # where the progress lines go
+                seed: int | None = None,  # run one seed job: only the claims judged on this seed get it alone
                 ) -> Path:
     "Execute chapter `chapter` headless at `scale`, one progress line per cell; returns the executed notebook's path."
     import nbformat
@@ -1106,6 +1148,9 @@ def run_chapter(chapter: str,  # the chapter's slug
     if not timeout > 0: raise ValueError(f"timeout must be positive seconds, got {timeout!r}")
     if publish and scale != "full":
         raise ValueError(f"only a full-scale run on the confirm seeds publishes a confirmation record, got scale={scale!r}")
+    if publish and seed is not None:
+        raise ValueError("a seed job does not publish: `python -m icmlbook.claims merge <slug>` publishes the seed jobs together")
+    if seed is not None: _partial_seed_checked(chapter, scale, seed)
     root = repo_root()
     nbs = Path(nbs_dir) if nbs_dir else (root / "nbs" if root else None)
     if nbs is None or not (nbs / notebook_name(chapter)).is_file():
@@ -1113,10 +1158,12 @@ def run_chapter(chapter: str,  # the chapter's slug
     path = nbs / notebook_name(chapter)
     nb = nbformat.read(path, as_version=4)
     out = Path(out_dir) if out_dir else (root or Path.cwd()) / "_build" / "run" / scale
+    if seed is not None: out = out / f"seed{seed}"
     out.mkdir(parents=True, exist_ok=True)
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     start = time.monotonic()
-    with temp_env(ICMLBOOK_SCALE=scale, ICMLBOOK_PROGRESS="0"):  # the kernel inherits this environment
+    pins = {k: os.environ.get(k) or v for k, v in KERNEL_PINS.items()}  # same instruction set on any x86-64 with AVX2
+    with temp_env(ICMLBOOK_SCALE=scale, ICMLBOOK_PROGRESS="0", ICMLBOOK_SEED="" if seed is None else str(seed), **pins):
         client = NotebookClient(nb, timeout=int(timeout), kernel_name="python3",
                                 resources={"metadata": {"path": str(nbs)}})
         with client.setup_kernel():
@@ -1141,23 +1188,118 @@ def run_chapter(chapter: str,  # the chapter's slug
         if not data or data.get("wall_time") is None:
             raise RuntimeError(f"{path.name} did not finish its claim check: nothing to publish ({record})")
         if root is None: raise FileNotFoundError("publishing needs the repository's results/ folder")
-        dest = root / "results" / scale / f"{chapter}.json"
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(record, dest)
-        look = {"date": data["started"], "code_hash": data["code_hash"],
-                "seeds": sorted({s for c in data["claims"] for s in c["seeds"]}),
-                "verdicts": {c["id"]: ClaimRecord.from_dict(c).summary() for c in data["claims"]}}
-        log = root / "results" / "looks" / f"{chapter}.jsonl"
-        log.parent.mkdir(parents=True, exist_ok=True)
-        with log.open("a", encoding="utf-8") as f: f.write(json.dumps(look, ensure_ascii=False) + "\n")
-        k = reruns_after_look(looks(chapter, root / "results"), data["code_hash"], look["seeds"])
-        echo(f"published {dest.relative_to(root)} and a line of {log.relative_to(root)}: commit both"
-             + (f"; this is a re-run after a look ({k}): the page and the scoreboard say so" if k else ""))
+        _publish(chapter, data, echo)
     return out / path.name
+
+def _partial_seed_checked(chapter: str, scale: str, seed: int) -> int:
+    "`seed` if it is one of the chapter's seeds at `scale` (a ValueError naming them otherwise)."
+    from icmlbook.core import temp_env
+    with temp_env(ICMLBOOK_SEED=str(seed)): return _partial_seed(load_registry(chapter), scale)
+
+def _agree(what: str, values: list, seeds: list[int]):
+    "The one value every seed job measured for `what`, or a ValueError naming the jobs that disagree."
+    if any(v != values[0] for v in values):
+        raise ValueError(f"{what} differs between the seed jobs ({', '.join(f'seed {s}: {v}' for s, v in zip(seeds, values))}): "
+                         f"a value for the whole run must not depend on which seed ran; run the chapter whole")
+    return values[0]
+
+def merge_records(chapter: str,  # the chapter's slug
+                  parts: list[dict],  # the seed jobs' ledger records (ChapterRun data with a partial_seed)
+                  registry: Path | None = None,  # its registry file (default: found by `registry_path`)
+                  ) -> dict:
+    "One record from the records of a chapter's seed jobs: exactly what one run over all the seeds records for its claims."
+    reg = load_registry(chapter, registry)
+    if not parts: raise ValueError(f"no seed job records of {chapter!r} to merge")
+    scale = _agree("the scale", [p["scale"] for p in parts], [p.get("partial_seed") for p in parts])
+    seeds = [p.get("partial_seed") for p in parts]
+    want = sorted({s for c in reg.claims for s in reg.seeds(c, scale)})
+    if None in seeds or sorted(seeds) != want:
+        got = sorted(s for s in seeds if s is not None)
+        raise ValueError(f"the seed jobs of {chapter!r} ran seeds {got}, the registry's {SCALE_SEEDS[scale]} seeds are {want}: "
+                         f"missing {sorted(set(want) - set(got))}, unexpected {sorted(set(got) - set(want))}"
+                         + (", and a record is not a seed job's" if None in seeds else ""))
+    parts = sorted(parts, key=lambda p: p["partial_seed"])
+    seeds = [p["partial_seed"] for p in parts]
+    hashes = {p["code_hash"] for p in parts}
+    if len(hashes) > 1:
+        raise ValueError(f"the seed jobs of {chapter!r} ran different code: " +
+                         "; ".join(f"seed {p['partial_seed']}: code hash {str(p['code_hash'])[:12]}" for p in parts))
+    if unfinished := [p["partial_seed"] for p in parts if p.get("wall_time") is None]:
+        raise ValueError(f"the seed jobs of {chapter!r} for seeds {unfinished} did not finish")
+    dedupe = lambda rows: [json.loads(r) for r in dict.fromkeys(json.dumps(x, sort_keys=True) for x in rows)]
+    for key in {(t["arm"], t["experiment"], t.get("seed")) for p in parts for t in p["tuning"] if t.get("seed") in reg.tuning_seeds}:
+        # a tuning on a tuning seed serves every seed job: each job must have made the same choice
+        _agree(f"the tuning of {key[0]} on tuning seed {key[2]} ({key[1]})",
+               [[t["chosen"] for t in p["tuning"] if (t["arm"], t["experiment"], t.get("seed")) == key] for p in parts], seeds)
+    data = {**parts[0], "partial_seed": None, "started": min(p["started"] for p in parts),
+            "wall_time": round(max(p["wall_time"] for p in parts), 2), "seed_jobs": {str(p["partial_seed"]): p["wall_time"] for p in parts},
+            "tuning": dedupe(t for p in parts for t in p["tuning"]), "curves": dedupe(c for p in parts for c in p.get("curves", []))}
+    sanity: dict[tuple, dict] = {}  # one record per check, its per-seed values in seed order
+    for p in parts:
+        for r in p["sanity"]:
+            key = (r["arm"], r["quantity"], r["op"], r["against"])
+            m = sanity.setdefault(key, {**r, "values": [], "reference": [], "holds": True})
+            m["values"] += r["values"]; m["reference"] += r["reference"]; m["holds"] = m["holds"] and r["holds"]
+    data["sanity"] = list(sanity.values())
+    claims = []
+    for cid in dict.fromkeys(c["id"] for p in parts for c in p["claims"]):
+        cs = list(reg.seeds(cid, scale))
+        recs = {p["partial_seed"]: next((c for c in p["claims"] if c["id"] == cid), None) for p in parts}
+        if missing := [s for s, c in recs.items() if c is None]:
+            raise ValueError(f"claim {cid} was not recorded by the seed jobs of seeds {missing}")
+        whole = _agree(f"which quantities of {cid} are one value for the whole run",
+                       [sorted(c.get("whole_run", [])) for c in recs.values()], seeds)
+        # each of the claim's seeds from its own job (a job whose seed the claim is not judged on computed it whole: unused)
+        jobs = [recs[s] for s in cs]
+        if any(c["seeds"] != ([s] if len(cs) > 1 else cs) for s, c in zip(cs, jobs)):
+            raise ValueError(f"claim {cid}'s seed jobs did not judge it on their own seeds {cs}")
+        measured = {k: _agree(f"{cid}'s {k}", [c["measured"][k]["values"] for c in jobs], cs) if k in whole
+                    else [v for c in jobs for v in c["measured"][k]["values"]] for k in jobs[0]["measured"]}
+        rec = assess(reg, data, reg.claim(cid), {k: v[0] if k in whole else v for k, v in measured.items()}, cs, whole)
+        claims.append(rec.to_dict())
+    data["claims"] = claims
+    return data
+
+def merge_chapter(chapter: str,  # the chapter's slug
+                  scale: str = "full",  # the scale the seed jobs ran at
+                  folder: Path | None = None,  # where the seed jobs' records are (default: the ledger folder of `scale`)
+                  publish: bool = True,  # at full scale: write the confirmation record and its looks line
+                  echo: Callable[[str], None] = print,
+                  ) -> dict:
+    "Merge the seed jobs' records `<chapter>.seed<S>.json` into the chapter's record, and publish it (full scale)."
+    folder = Path(folder) if folder else ledger_dir(scale)
+    paths = sorted(folder.glob(f"{chapter}.seed*.json"))
+    data = merge_records(chapter, [_read(p) for p in paths])
+    if data["scale"] != scale: raise ValueError(f"the seed jobs ran at scale {data['scale']!r}, not {scale!r}")
+    out = ledger_dir(scale) / f"{chapter}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
+    echo(f"merged {len(paths)} seed jobs into {out}")
+    if publish and scale == "full": _publish(chapter, data, echo)
+    return data
+
+def _publish(chapter: str, data: dict, echo: Callable[[str], None] = print) -> Path:
+    "Write a finished full-scale record as the chapter's confirmation record and append its looks line."
+    root = repo_root()
+    if root is None: raise FileNotFoundError("publishing needs the repository's results/ folder")
+    dest = root / "results" / "full" / f"{chapter}.json"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
+    look = {"date": data["started"], "code_hash": data["code_hash"],
+            "seeds": sorted({s for c in data["claims"] for s in c["seeds"]}),
+            "verdicts": {c["id"]: ClaimRecord.from_dict(c).summary() for c in data["claims"]}}
+    log = root / "results" / "looks" / f"{chapter}.jsonl"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("a", encoding="utf-8") as f: f.write(json.dumps(look, ensure_ascii=False) + "\n")
+    k = reruns_after_look(looks(chapter, root / "results"), data["code_hash"], look["seeds"])
+    echo(f"published {dest.relative_to(root)} and a line of {log.relative_to(root)}: commit both"
+         + (f"; this is a re-run after a look ({k}): the page and the scoreboard say so" if k else ""))
+    return dest
+
 
 # %% ../nbs/00_claims.ipynb #64192465
 def main(argv: list[str] | None = None) -> int:
-    "Print the scoreboard (`python -m icmlbook.claims`) or run a chapter (`python -m icmlbook.claims run <slug>`)."
+    "Print the scoreboard (`python -m icmlbook.claims`), run a chapter or one seed job of it (`run <slug> [--seed S]`), or merge seed jobs (`merge <slug>`)."
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["run"]:
         p = argparse.ArgumentParser(prog="python -m icmlbook.claims run", description=run_chapter.__doc__)
@@ -1166,13 +1308,30 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--timeout", type=float, default=None, help="seconds for the whole notebook (default: 300 at ci, 3600 at full)")
         p.add_argument("--publish", action="store_true", help="full scale only: write the confirmation record "
                        "results/full/<slug>.json and append one line to results/looks/<slug>.jsonl")
+        p.add_argument("--seed", type=int, default=None, help="run one seed job (a confirm seed at full scale); "
+                       "`merge` then combines the jobs")
         a = p.parse_args(argv[1:])
         try:
-            nb = run_chapter(a.chapter, a.scale, a.timeout or (300.0 if a.scale == "ci" else 3600.0), a.publish)
+            nb = run_chapter(a.chapter, a.scale, a.timeout or (300.0 if a.scale == "ci" else 3600.0), a.publish, seed=a.seed)
         except (TimeoutError, RuntimeError, FileNotFoundError, ValueError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
-        print(f"executed notebook: {nb}\nledger record: {ledger_dir(a.scale) / (a.chapter + '.json')}")
+        name = a.chapter + ("" if a.seed is None else f".seed{a.seed}") + ".json"
+        print(f"executed notebook: {nb}\nledger record: {ledger_dir(a.scale) / name}")
+        return 0
+    if argv[:1] == ["merge"]:
+        p = argparse.ArgumentParser(prog="python -m icmlbook.claims merge", description=merge_chapter.__doc__)
+        p.add_argument("chapter", help="the chapter's slug, e.g. data_pricing")
+        p.add_argument("--scale", default="full", choices=["ci", "full"])
+        p.add_argument("--from", dest="folder", type=Path, default=None,
+                       help="folder of the seed jobs' records <slug>.seed<S>.json (default: the ledger folder of the scale)")
+        p.add_argument("--no-publish", action="store_true", help="write the merged ledger record only")
+        a = p.parse_args(argv[1:])
+        try:
+            merge_chapter(a.chapter, a.scale, a.folder, publish=not a.no_publish)
+        except (FileNotFoundError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 1
         return 0
     p = argparse.ArgumentParser(prog="python -m icmlbook.claims", description=main.__doc__)
     p.add_argument("--ledger", type=Path, default=None, help="ledger folder of the ci scale (default: $ICMLBOOK_LEDGER/ci or _build/ledger/ci)")

@@ -16,6 +16,8 @@ from torch import Tensor, nn
 from transformers import RobertaPreLayerNormConfig, RobertaPreLayerNormModel
 
 from .core import Timer, num_threads, progress
+from .core import check_int
+
 
 # %% auto #0
 __all__ = ['WITHIN_FAMILIES', 'as_adjacency', 'add_self_loops', 'reach_within', 'connectivity_matrix', 'reachability_bfs',
@@ -108,11 +110,6 @@ def max_component_diameter(A: Tensor | np.ndarray,  # adjacency, (n, n) or (B, n
     return torch.tensor(one(A)) if A.dim() == 2 else torch.tensor([one(a) for a in A])
 
 # %% ../nbs/01_connectivity.ipynb #9b50fa59
-def _check_count(value, name: str, lo: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < lo:
-        raise ValueError(f"{name} must be an integer >= {lo}, got {value!r}")
-    return int(value)
-
 def _erdos_renyi(n: int, num: int, p_range: tuple[float, float], rng: np.random.Generator) -> np.ndarray:
     "num G(n, p) graphs with self-loops, p ~ U[p_range] per graph; (num, n, n) float32."
     p = rng.uniform(*p_range, size=(num, 1, 1))
@@ -144,12 +141,12 @@ def sample_graphs(n: int,  # number of vertices
                   seed: int = 0,
                   ) -> Tensor:
     "Erdős–Rényi graphs with self-loops and diameter control; (num, n, n) float32, shuffled."
-    n, num = _check_count(n, "n", 2), _check_count(num, "num")
+    n, num = check_int(n, "n", 2), check_int(num, "num", lo=1)
     if not (len(p_range) == 2 and 0 <= p_range[0] <= p_range[1] <= 1):
         raise ValueError(f"p_range must be (lo, hi) with 0 <= lo <= hi <= 1, got {p_range!r}")
     if not 0 <= beyond_frac <= 1:
         raise ValueError(f"beyond_frac must lie in [0, 1], got {beyond_frac!r}")
-    if max_diam is not None: max_diam = _check_count(max_diam, "max_diam")
+    if max_diam is not None: max_diam = check_int(max_diam, "max_diam", lo=1)
     if beyond_frac > 0 and (max_diam is None or max_diam + 2 > n):
         raise ValueError(f"beyond_frac > 0 needs max_diam with max_diam + 2 <= n, got max_diam={max_diam}, n={n}")
     rng = np.random.default_rng(seed)
@@ -191,7 +188,7 @@ def ood_families(n: int,  # number of vertices (n >= 3^L + 2)
                  seed: int = 0,
                  ) -> dict[str, Tensor]:
     "Out-of-distribution test families within capacity (WITHIN_FAMILIES) and 'beyond' chains; each (num, n, n)."
-    n, L, num = _check_count(n, "n", 2), _check_count(L, "L"), _check_count(num, "num")
+    n, L, num = check_int(n, "n", 2), check_int(L, "L", lo=1), check_int(num, "num", lo=1)
     cap = 3 ** L
     if cap + 2 > n: raise ValueError(f"n must be >= 3**L + 2 = {cap + 2} for beyond-capacity chains, got n={n}")
     rng = np.random.default_rng(seed)
@@ -227,7 +224,7 @@ class DisentangledTransformer(nn.Module):
                  seed: int | None = None,  # None: a_l = a0, b_l = b0, w = 1; else each is jittered by this seed
                  ):
         super().__init__()
-        self.n, self.L = _check_count(n, "n"), _check_count(L, "L")
+        self.n, self.L = check_int(n, "n", lo=1), check_int(L, "L", lo=1)
         if param not in ("channel", "full"):
             raise ValueError(f"param must be 'channel' or 'full', got {param!r}")
         if not (a0 > 0 and b0 > 0): raise ValueError(f"a0 and b0 must be > 0, got a0={a0}, b0={b0}")
@@ -318,8 +315,8 @@ class StandardGraphTransformer(nn.Module):
                  heads: int = 4,  # attention heads
                  ):
         super().__init__()
-        self.n = _check_count(n, "n")
-        cfg = RobertaPreLayerNormConfig(vocab_size=4, hidden_size=d, num_hidden_layers=_check_count(layers, "layers"),
+        self.n = check_int(n, "n", lo=1)
+        cfg = RobertaPreLayerNormConfig(vocab_size=4, hidden_size=d, num_hidden_layers=check_int(layers, "layers", lo=1),
                                         num_attention_heads=heads, intermediate_size=4 * d, hidden_dropout_prob=0.0,
                                         attention_probs_dropout_prob=0.0, max_position_embeddings=n + 2)
         backbone = RobertaPreLayerNormModel(cfg, add_pooling_layer=False)
@@ -351,7 +348,7 @@ def train(model: nn.Module,  # DisentangledTransformer or StandardGraphTransform
     "Minimise BCE(sigmoid(R-hat), R) over all n^2 entries with Adam on one CPU thread; returns the history {step, loss, a, b}."
     graphs = as_adjacency(graphs, self_loops=True, name="graphs")
     if graphs.dim() != 3: raise ValueError(f"graphs must have shape (N, n, n), got {tuple(graphs.shape)}")
-    steps, batch_size = _check_count(steps, "steps"), _check_count(batch_size, "batch_size")
+    steps, batch_size = check_int(steps, "steps", lo=1), check_int(batch_size, "batch_size", lo=1)
     if not lr > 0: raise ValueError(f"lr must be > 0, got {lr}")
     targets = connectivity_matrix(graphs)
     with num_threads(1):  # the tensors are tiny: on a shared CPU thread start-up dominates every step
@@ -410,7 +407,7 @@ def benchmark_reachability(sizes: Sequence[int] = (100, 250, 500, 1000),  # numb
     """Best-of-`repeats` wall times (s) of repeated squaring and scipy BFS for reachability; one row per case, results
     checked equal. For the batch, `bfs_s` is one scipy call on the block-diagonal union, `bfs_loop_s` one call per graph."""
     rng = np.random.default_rng(seed)
-    repeats = _check_count(repeats, "repeats")
+    repeats = check_int(repeats, "repeats", lo=1)
     cases = [(1, n, torch.from_numpy(_erdos_renyi(n, 1, (avg_degree / n,) * 2, rng)[0])) for n in sizes]
     cases.append((batch[0], batch[1], torch.from_numpy(_erdos_renyi(batch[1], batch[0], (0.05, 0.3), rng))))
 

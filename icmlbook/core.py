@@ -15,8 +15,8 @@ import numpy as np
 import torch
 
 # %% auto #0
-__all__ = ['SCALES', 'OKABE_ITO', 'BOOK_STYLE', 'seed_everything', 'scale', 'by_scale', 'temp_env', 'device', 'num_threads',
-           'Timer', 'use_book_style', 'progress', 'per_seed']
+__all__ = ['SCALES', 'OKABE_ITO', 'BOOK_STYLE', 'seed_everything', 'scale', 'by_scale', 'temp_env', 'check_int', 'check_number',
+           'device', 'num_threads', 'Timer', 'use_book_style', 'progress', 'per_seed']
 
 # %% ../nbs/00_core.ipynb #cbe67ea3
 def seed_everything(seed: int,  # a non-negative integer below 2**32
@@ -57,6 +57,39 @@ def temp_env(**values: str) -> Iterator[None]:
         for k, v in old.items():
             if v is None: os.environ.pop(k, None)
             else: os.environ[k] = v
+
+# %% ../nbs/00_core.ipynb #c7e1a002
+def _range_text(lo, hi, lo_open: bool, hi_open: bool) -> str:
+    if lo is not None and hi is not None:
+        return f" in {'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+    if lo is not None: return f" {'>' if lo_open else '>='} {lo}"
+    if hi is not None: return f" {'<' if hi_open else '<='} {hi}"
+    return ""
+
+def check_int(value, name: str,  # the argument and its name, as the caller spells it
+              lo: int | None = None, hi: int | None = None,  # inclusive bounds (None: unbounded)
+              ) -> int:
+    "`value` as an int: TypeError unless it is an integer (not a bool), ValueError outside [lo, hi]."
+    want = f"{name} must be an int{_range_text(lo, hi, False, False)}"
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{want}, got {type(value).__name__} {value!r}")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise ValueError(f"{want}, got {value!r}")
+    return int(value)
+
+def check_number(value, name: str,  # the argument and its name, as the caller spells it
+                 lo: float | None = None, hi: float | None = None,  # bounds (None: unbounded)
+                 lo_open: bool = False, hi_open: bool = False,  # exclude the bound itself (e.g. > 0)
+                 ) -> float:
+    "`value` as a finite float: TypeError unless it is a real number (not a bool), ValueError if not finite or out of range."
+    want = f"{name} must be a number{_range_text(lo, hi, lo_open, hi_open)}"
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{want}, got {type(value).__name__} {value!r}")
+    v = float(value)
+    if not np.isfinite(v) or (lo is not None and (v <= lo if lo_open else v < lo)) or \
+            (hi is not None and (v >= hi if hi_open else v > hi)):
+        raise ValueError(f"{want}, got {value!r}")
+    return v
 
 # %% ../nbs/00_core.ipynb #cdc848aa
 def device() -> torch.device:

@@ -13,6 +13,8 @@ import torch.nn.functional as F
 from diffusers import FlowMatchEulerDiscreteScheduler
 from torch import nn
 from transformers import GPT2Config, GPT2Model
+from .core import check_int, check_number
+
 
 # %% auto #0
 __all__ = ['N_OBJECTS', 'N_ATTRIBUTES', 'SOS', 'EOS', 'VOCAB', 'CONTENT_IDX', 'RADII', 'sigma_grid', 'sample_ode',
@@ -22,23 +24,11 @@ __all__ = ['N_OBJECTS', 'N_ATTRIBUTES', 'SOS', 'EOS', 'VOCAB', 'CONTENT_IDX', 'R
            'perturbation_loss', 'noise_gamma', 'fit_perturbations', 'GroupTrainer', 'FlowGRPOTrainer', 'E2POTrainer']
 
 # %% ../nbs/05_e2po.ipynb #8970ce3b
-def _check_int(v, name: str, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if v < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
-    return int(v)
-
-def _check_positive(v, name: str) -> float:
-    if not (isinstance(v, (int, float, np.floating)) and math.isfinite(v) and v > 0):
-        raise ValueError(f"{name} must be a positive finite number, got {v!r}")
-    return float(v)
-
 def sigma_grid(n_steps: int,  # number of sampler steps
                ) -> torch.Tensor:
     "The sigma (= t) grid of diffusers' `FlowMatchEulerDiscreteScheduler` (shift 1): n_steps + 1 values from 1 down to 0."
     sch = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=1.0)
-    sch.set_timesteps(_check_int(n_steps, "n_steps", 1))
+    sch.set_timesteps(check_int(n_steps, "n_steps", 1))
     return sch.sigmas.float()
 
 def sample_ode(velocity: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],  # (x, sigma) -> v, shapes (N, D), () -> (N, D)
@@ -47,7 +37,7 @@ def sample_ode(velocity: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],  
                ) -> torch.Tensor:
     "Euler ODE sampler of Eq. (e2po-eq-ode) from t = 1 to 0, stepping with diffusers' `FlowMatchEulerDiscreteScheduler.step`; x_0, (N, D)."
     sch = FlowMatchEulerDiscreteScheduler(num_train_timesteps=1000, shift=1.0)
-    sch.set_timesteps(_check_int(n_steps, "n_steps", 1))
+    sch.set_timesteps(check_int(n_steps, "n_steps", 1))
     for i, t in enumerate(sch.timesteps):
         x = sch.step(velocity(x, sch.sigmas[i]), t, x).prev_sample
     return x
@@ -68,7 +58,7 @@ def sde_step_with_logprob(v: torch.Tensor,  # velocity v_theta(x_t, t), (N, D)
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Flow-GRPO's SDE step, Eqs. (e2po-eq-sde)-(e2po-eq-logp), as in `sd3_sde_with_logprob.py`:
     returns (x_next, log pi(x_next | x_t) averaged over dimensions (N,), the mean (N, D), the step std ())."""
-    _check_positive(a, "a")
+    check_number(a, "a", lo=0, lo_open=True)
     t, t_next = sigmas[i], sigmas[i + 1]
     dt = t_next - t                                                   # < 0: time runs from 1 to 0
     std_t = a * torch.sqrt(t / (1 - torch.where(t == 1, sigmas[1], t)))   # sigma_t; t = 1 replaced by t_1, as released
@@ -89,7 +79,7 @@ def dance_sde_step(v: torch.Tensor,  # velocity, (N, D)
                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
     """DanceGRPO's `flux_step`, Eq. (e2po-eq-dance): x0_hat = x - sigma v, score s = -(x - (1 - sigma) x0_hat) / sigma^2,
     mean x + dsigma (v - eta^2 s / 2), std eta sqrt(|dsigma|). Returns (x_next, log-prob (N,), mean (N, D), std)."""
-    _check_positive(eta, "eta")
+    check_number(eta, "eta", lo=0, lo_open=True)
     if not 0 <= sigma_next < sigma <= 1:
         raise ValueError(f"sigma and sigma_next must satisfy 0 <= sigma_next < sigma <= 1, got {sigma!r}, {sigma_next!r}")
     dsigma = sigma_next - sigma
@@ -193,7 +183,7 @@ def flow_matching_loss(flow: VelocityField, x0: torch.Tensor, c: torch.Tensor, g
 def pretrain_base(steps: int, batch: int = 256, lr: float = 5e-3, seed: int = 0,
                   ) -> tuple[VelocityField, TextEncoder]:
     "Train the text encoder and the flow jointly on the misaligned pretraining data; both are returned frozen (eval, no grad)."
-    steps = _check_int(steps, "steps", 1)
+    steps = check_int(steps, "steps", 1)
     g = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     flow, enc, prompts = VelocityField(), TextEncoder(), make_prompts()
@@ -239,7 +229,7 @@ def nft_ratio(adv: torch.Tensor,  # advantages, (N,)
               adv_max: float = 5.0,  # advantage at which r reaches 1
               ) -> torch.Tensor:
     "DiffusionNFT's optimality probability r = clip(1/2 + A / (2 A_max), 0, 1), Eq. (e2po-eq-nft)."
-    return (0.5 + adv / (2 * _check_positive(adv_max, "adv_max"))).clamp(0, 1)
+    return (0.5 + adv / (2 * check_number(adv_max, "adv_max", lo=0, lo_open=True))).clamp(0, 1)
 
 def nft_loss(v_theta: torch.Tensor,  # v_theta(x_t, t, c), (N, D)
              v_old: torch.Tensor,  # v_theta_old(x_t, t, c), no gradient, (N, D)
@@ -248,7 +238,7 @@ def nft_loss(v_theta: torch.Tensor,  # v_theta(x_t, t, c), (N, D)
              beta: float = 1.0,  # the implicit policies' step
              ) -> torch.Tensor:
     "DiffusionNFT loss, Eq. (e2po-eq-nft): E[r |v+ - v*|^2 + (1 - r) |v- - v*|^2] / beta, v+- = v_old +- beta (v_theta - v_old)."
-    beta = _check_positive(beta, "beta")
+    beta = check_number(beta, "beta", lo=0, lo_open=True)
     if not ((r >= 0) & (r <= 1)).all():
         raise ValueError("r must lie in [0, 1]")
     v_pos = (1 - beta) * v_old + beta * v_theta
@@ -266,9 +256,9 @@ class EmbeddingPerturbation(nn.Module):
                  sigma_init: float = 0.1,  # delta ~ N(0, sigma_init^2) at initialisation
                  generator: torch.Generator | None = None):
         super().__init__()
-        self.K = _check_int(K, "K", 1)
-        self.delta = nn.Parameter(_check_positive(sigma_init, "sigma_init")
-                                  * torch.randn(_check_int(n_prompts, "n_prompts", 1), K - 1, _check_int(L, "L", 1), _check_int(d, "d", 1), generator=generator))
+        self.K = check_int(K, "K", 1)
+        self.delta = nn.Parameter(check_number(sigma_init, "sigma_init", lo=0, lo_open=True)
+                                  * torch.randn(check_int(n_prompts, "n_prompts", 1), K - 1, check_int(L, "L", 1), check_int(d, "d", 1), generator=generator))
 
     def forward(self, E: torch.Tensor,  # token embeddings of the prompts, (B, S, d)
                 content_idx: torch.Tensor,  # positions of the content tokens, (L,)
@@ -322,7 +312,7 @@ def fit_perturbations(encoder: TextEncoder,  # frozen text encoder
     if K > 1:
         opt = torch.optim.Adam(pert.parameters(), lr=lr)
         e_anc = encoder.pool(E)
-        for _ in range(_check_int(steps, "steps", 0)):
+        for _ in range(check_int(steps, "steps", 0)):
             loss = perturbation_loss(encoder.pool(pert(E, CONTENT_IDX, pid)[:, 1:]), e_anc, lam_div, mu, eps)
             opt.zero_grad(); loss.backward(); opt.step()
     with torch.no_grad():
@@ -341,10 +331,10 @@ class GroupTrainer:
                  seed: int = 0):
         self.flow = copy.deepcopy(flow).train().requires_grad_(True)
         self.cond, self.reward_fn = cond, reward_fn
-        self.G, self.n_steps = _check_int(G, "G", 2), _check_int(n_steps, "n_steps", 1)
-        self.prompts_per_iter = _check_int(prompts_per_iter, "prompts_per_iter", 1)
-        self.minibatches = _check_int(minibatches, "minibatches", 1)
-        self.opt = torch.optim.Adam(self.flow.parameters(), lr=_check_positive(lr, "lr"))
+        self.G, self.n_steps = check_int(G, "G", 2), check_int(n_steps, "n_steps", 1)
+        self.prompts_per_iter = check_int(prompts_per_iter, "prompts_per_iter", 1)
+        self.minibatches = check_int(minibatches, "minibatches", 1)
+        self.opt = torch.optim.Adam(self.flow.parameters(), lr=check_number(lr, "lr", lo=0, lo_open=True))
         self.gen = torch.Generator().manual_seed(seed)
         self.rollouts = 0
 
@@ -354,7 +344,7 @@ class GroupTrainer:
               ) -> dict:
         "Run `iters` iterations; history of the mean intra-group reward std, the fraction of zero-std groups, the mean reward, the evaluations."
         hist = {"group_std": [], "zero_std_frac": [], "reward": [], "eval_iter": [], "eval": []}
-        for it in range(_check_int(iters, "iters", 1)):
+        for it in range(check_int(iters, "iters", 1)):
             if evaluate is not None and it % every == 0:
                 hist["eval_iter"].append(it); hist["eval"].append(evaluate(self.flow))
             pids = torch.randperm(len(self.cond), generator=self.gen)[:self.prompts_per_iter]
@@ -378,7 +368,7 @@ class FlowGRPOTrainer(GroupTrainer):
     "Flow-GRPO: SDE rollouts with per-step log-probs, Eq. (e2po-eq-sde), and the clipped surrogate, Eq. (e2po-eq-grpo)."
     def __init__(self, *args, a: float = 0.7, clip: float = 1e-4, **kwargs):
         super().__init__(*args, **kwargs)
-        self.a, self.clip = _check_positive(a, "a"), _check_positive(clip, "clip")
+        self.a, self.clip = check_number(a, "a", lo=0, lo_open=True), check_number(clip, "clip", lo=0, lo_open=True)
         self.sigmas = sigma_grid(self.n_steps)
 
     def prepare(self, batch: dict) -> dict:
@@ -419,9 +409,9 @@ class E2POTrainer(GroupTrainer):
         self.conds, self.K = conds, conds.shape[1]
         noise_gamma(1.0, rho)  # checks rho
         self.rho, self.schedule, self.anchor = rho, schedule, anchor
-        self.beta, self.adv_max = _check_positive(beta, "beta"), _check_positive(adv_max, "adv_max")
-        self.init_scale = _check_positive(init_scale, "init_scale")
-        self.n_t = _check_int(n_t, "n_t", 1)
+        self.beta, self.adv_max = check_number(beta, "beta", lo=0, lo_open=True), check_number(adv_max, "adv_max", lo=0, lo_open=True)
+        self.init_scale = check_number(init_scale, "init_scale", lo=0, lo_open=True)
+        self.n_t = check_int(n_t, "n_t", 1)
 
     def condition(self, c_k: torch.Tensor,  # the generating condition, (..., d)
                   c_orig: torch.Tensor,  # the prompt's original condition, (..., d)

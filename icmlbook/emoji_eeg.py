@@ -15,6 +15,8 @@ from scipy.ndimage import gaussian_filter1d
 from sklearn.metrics import f1_score
 from torch import nn
 from torchmetrics.functional.image import peak_signal_noise_ratio, structural_similarity_index_measure
+from .core import check_int
+
 
 # %% auto #0
 __all__ = ['CHANNELS', 'CLASSES', 'AUS', 'PROTOTYPES', 'FS', 'EMOJI_SIZE', 'SOURCE_BANDS', 'SOURCE_CENTRES',
@@ -34,13 +36,6 @@ PROTOTYPES = np.array([[0.0, 0.0, 0.0, 0.0],     # neutral
                        [0.0, 1.3, 1.2, 1.2]])    # surprised: mouth open, brows up, eyes wide
 FS = 100.0        # EEG sampling rate, Hz
 EMOJI_SIZE = 16   # emoji side, pixels
-
-def _check_int(v, name: str, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if v < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
-    return int(v)
 
 def electrode_positions(channels: tuple[str, ...] = CHANNELS,  # 10-20 electrode names known to MNE
                         ) -> np.ndarray:
@@ -78,7 +73,7 @@ def render_emoji(au: np.ndarray,  # expressions, (..., 4) in the coordinates of 
     au = np.asarray(au, dtype=np.float64)
     if au.ndim < 1 or au.shape[-1] != len(AUS):
         raise ValueError(f"au must have shape (..., {len(AUS)}), got {au.shape}")
-    _check_int(size, "size", 4)
+    check_int(size, "size", 4)
     lead, flat = au.shape[:-1], au.reshape(-1, len(AUS))
     lines = _polylines(flat)
     mid = np.concatenate([(p[:, 1:] + p[:, :-1]) / 2 for p in lines], 1)                   # segment midpoints (n, S, 2)
@@ -116,8 +111,8 @@ def make_eeg_emoji_dataset(n_subjects: int = 10,  # subjects
     """Synthetic EEG-emoji trials: expression trajectories a(t) = class prototype x onset + subject offset + smooth noise,
     emojis rendered from a(t) at `n_frames` times, EEG from a(t)-modulated 8-30 Hz sources through subject-specific
     Gaussian spatial patterns on the 10-20 layout, a weak direct class rhythm, pink noise and EMG bursts, Eq. (ee-eq-gen)."""
-    _check_int(n_subjects, "n_subjects", 1); _check_int(n_trials, "n_trials", 1)
-    _check_int(n_frames, "n_frames", 1); _check_int(T, "T", 16)
+    check_int(n_subjects, "n_subjects", 1); check_int(n_trials, "n_trials", 1)
+    check_int(n_frames, "n_frames", 1); check_int(T, "T", 16)
     if not (isinstance(noise, (int, float)) and noise >= 0):
         raise ValueError(f"noise must be a non-negative number, got {noise!r}")
     rng = np.random.default_rng(seed)
@@ -166,7 +161,7 @@ class FourierEmb(nn.Module):
                  margin: float = 0.2,  # padding of the unit square, so that the embedding is not periodic over it
                  ):
         super().__init__()
-        _check_int(dimension, "dimension", 2)
+        check_int(dimension, "dimension", 2)
         n = math.isqrt(dimension // 2)
         if 2 * n * n != dimension:
             raise ValueError(f"dimension must be 2 n^2 for an integer n (e.g. 8, 32, 288), got {dimension}")
@@ -191,7 +186,7 @@ class ChannelMerger(nn.Module):
                  pos_dim: int = 288,  # dimension of the Fourier embedding
                  ):
         super().__init__()
-        _check_int(n_synergies, "n_synergies", 1)
+        check_int(n_synergies, "n_synergies", 1)
         positions = torch.as_tensor(np.asarray(positions), dtype=torch.float32)
         if positions.ndim != 2 or positions.shape[1] != 2:
             raise ValueError(f"positions must have shape (C, 2), got {tuple(positions.shape)}")
@@ -224,8 +219,8 @@ class ConvSequence(nn.Module):
                  glu_every: int = 2,  # a GLU convolution after every `glu_every`-th layer (0: none)
                  ):
         super().__init__()
-        _check_int(d, "d", 1); _check_int(depth, "depth", 1); _check_int(glu_every, "glu_every", 0)
-        if _check_int(kernel, "kernel", 1) % 2 == 0:
+        check_int(d, "d", 1); check_int(depth, "depth", 1); check_int(glu_every, "glu_every", 0)
+        if check_int(kernel, "kernel", 1) % 2 == 0:
             raise ValueError(f"kernel must be odd so that the length is preserved, got {kernel}")
         self.dilations = [2 ** l for l in range(depth)]
         self.convs = nn.ModuleList(nn.Sequential(nn.Conv1d(d, d, kernel, dilation=r, padding=r * (kernel - 1) // 2),
@@ -269,8 +264,8 @@ class SeeEmotion(nn.Module):
     def __init__(self, positions, n_frames: int = 4, out_dim: int = 64, n_classes: int = len(CLASSES),
                  n_synergies: int = 8, d: int = 32, depth: int = 3, hidden: int = 64):
         super().__init__()
-        self.n_frames = _check_int(n_frames, "n_frames", 1)
-        _check_int(out_dim, "out_dim", 1); _check_int(n_classes, "n_classes", 2); _check_int(hidden, "hidden", 1)
+        self.n_frames = check_int(n_frames, "n_frames", 1)
+        check_int(out_dim, "out_dim", 1); check_int(n_classes, "n_classes", 2); check_int(hidden, "hidden", 1)
         self.encoder = FMENet(positions, n_synergies, d, depth)
         self.head = nn.Sequential(nn.Linear(d, hidden), nn.LayerNorm(hidden), nn.GELU(), nn.Linear(hidden, out_dim))
         self.classifier = nn.Linear(d + out_dim, n_classes)
@@ -290,7 +285,7 @@ class EmojiAE(nn.Module):
     def __init__(self, size: int = EMOJI_SIZE, block_out_channels: tuple[int, ...] = (8, 16),
                  latent_channels: int = 2, norm_num_groups: int = 4):
         super().__init__()
-        self.size = _check_int(size, "size", 4)
+        self.size = check_int(size, "size", 4)
         n = len(block_out_channels)
         self.vae = AutoencoderKL(in_channels=1, out_channels=1, block_out_channels=tuple(block_out_channels),
                                  down_block_types=("DownEncoderBlock2D",) * n, up_block_types=("UpDecoderBlock2D",) * n,
@@ -319,7 +314,7 @@ def rec_loss(pred: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 def pretrain_emoji_ae(ae: EmojiAE, faces: torch.Tensor,  # training emojis, (N, size, size)
                       steps: int = 150, lr: float = 3e-3, batch: int = 32, kl_weight: float = 1e-4, seed: int = 0) -> list[float]:
     "Pretrain the AE on emojis (L_rec of Eq. (ee-eq-felb) + kl_weight KL); returns the loss per step."
-    _check_int(steps, "steps", 1); _check_int(batch, "batch", 1)
+    check_int(steps, "steps", 1); check_int(batch, "batch", 1)
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(ae.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
@@ -378,8 +373,8 @@ class EEGNetStyle(nn.Module):
     def __init__(self, n_channels: int, T: int, n_classes: int = len(CLASSES),
                  F1: int = 8, D: int = 2, F2: int = 16, kernel: int = 25, dropout: float = 0.25):
         super().__init__()
-        _check_int(n_channels, "n_channels", 1)
-        if _check_int(T, "T", 1) < 16:
+        check_int(n_channels, "n_channels", 1)
+        if check_int(T, "T", 1) < 16:
             raise ValueError(f"T must be >= 16 for two pooling stages of 4, got {T}")
         self.n_channels = n_channels
         self.net = nn.Sequential(
@@ -409,7 +404,7 @@ def train_see_emotion(model: nn.Module,
                       rec_frames: int = 4,  # emoji frames decoded per step for L_rec (a random subset of the batch's)
                       seed: int = 0) -> list[float]:
     "Joint training on Eq. (ee-eq-felb) with AdamW (weight decay 0.01), cosine schedule, gradient clipping at 1; returns the loss per step."
-    _check_int(steps, "steps", 1); _check_int(batch, "batch", 1); _check_int(rec_frames, "rec_frames", 1)
+    check_int(steps, "steps", 1); check_int(batch, "batch", 1); check_int(rec_frames, "rec_frames", 1)
     if not (isinstance(eeg, torch.Tensor) and isinstance(y, torch.Tensor)):
         raise TypeError(f"eeg and y must be torch tensors, got {type(eeg).__name__} and {type(y).__name__}")
     if not lr > 0:

@@ -15,6 +15,8 @@ from sklearn.metrics import roc_auc_score
 from torch import Tensor, nn
 from torch.func import functional_call
 from torchmetrics.functional.classification import multiclass_calibration_error
+from .core import check_int
+
 
 # %% auto #0
 __all__ = ['digit_splits', 'shift_images', 'Backbone', 'pretrain_backbone', 'lora_backbone', 'rbf_ard', 'whitened_predictive',
@@ -22,13 +24,6 @@ __all__ = ['digit_splits', 'shift_images', 'Backbone', 'pretrain_backbone', 'lor
            'LoRAEnsemble', 'fit', 'ece', 'nll', 'predictive_entropy', 'ood_auroc']
 
 # %% ../nbs/08_gpan_lora.ipynb #83eb646e
-def _check_int(v, name: str, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if v < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
-    return int(v)
-
 def _check_finite(x: Tensor, name: str) -> None:
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -41,8 +36,8 @@ def digit_splits(seed: int,  # draws the split
                  ood_frac: float = 0.2,  # share of the 0-4 images kept out of pre-training, as OOD test inputs
                  ) -> dict[str, tuple[Tensor, Tensor]]:
     "scikit-learn's digits split for this chapter: 'pretrain' and 'ood' (digits 0-4), 'train', 'val', 'test' (digits 5-9, labelled 0-4); images (n, 8, 8), 0-16 scale."
-    _check_int(n_shot, "n_shot", 1)
-    _check_int(n_val, "n_val", 1)
+    check_int(n_shot, "n_shot", 1)
+    check_int(n_val, "n_val", 1)
     if not 0 < ood_frac < 1:
         raise ValueError(f"ood_frac must lie in (0, 1), got {ood_frac!r}")
     d, rng = load_digits(), np.random.default_rng(seed)
@@ -69,7 +64,7 @@ def shift_images(images: Tensor,  # (n, H, W) on the 0-16 scale
     "Covariate shift of test images: a `translate`-pixel shift with zero fill, then N(0, noise_std^2) noise, clipped to [0, 16]; (n, H, W)."
     if not noise_std >= 0:
         raise ValueError(f"noise_std must be >= 0, got {noise_std!r}")
-    t = _check_int(translate, "translate", 0)
+    t = check_int(translate, "translate", 0)
     g = torch.Generator().manual_seed(seed)
     out = images.clone()
     if t:
@@ -112,7 +107,7 @@ def lora_backbone(backbone: nn.Module,  # the pre-trained model; it is copied, n
                   targets: tuple[str, ...] = ("fc1", "fc2"),  # the nn.Linear layers that get adapters
                   ) -> nn.Module:
     "A peft LoRA copy of `backbone`, Eq. (gl-eq-lora): W x + (alpha/r) B A x with A Kaiming-uniform, B = 0; base weights frozen."
-    _check_int(r, "r", 1)
+    check_int(r, "r", 1)
     cfg = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(targets), init_lora_weights=True)
     return get_peft_model(copy.deepcopy(backbone), cfg)
 
@@ -166,7 +161,7 @@ class AmortizedSVGPHead(nn.Module):
                  jitter: float = 1e-4):  # on the diagonal of K_ZZ
         super().__init__()
         for name, v, lo in (("in_dim", in_dim, 1), ("num_classes", num_classes, 2), ("num_inducing", num_inducing, 1), ("feat_dim", feat_dim, 1)):
-            _check_int(v, name, lo)
+            check_int(v, name, lo)
         if not jitter >= 0: raise ValueError(f"jitter must be >= 0, got {jitter!r}")
         self.C, self.M, self.D, self.jitter = num_classes, num_inducing, feat_dim, jitter
         self.proj = nn.Linear(in_dim, feat_dim)                                          # P
@@ -209,7 +204,7 @@ def mc_softmax(mu: Tensor,  # latent means, (B, C)
                log: bool = False,  # return log-probabilities
                ) -> Tensor:
     "Softmax of S reparameterised samples f = mu + sqrt(var) * eps of independent latent functions; (S, B, C)."
-    _check_int(samples, "samples", 1)
+    check_int(samples, "samples", 1)
     f = mu + var.sqrt() * torch.randn(samples, *mu.shape, dtype=mu.dtype)
     return F.log_softmax(f, -1) if log else F.softmax(f, -1)
 
@@ -323,7 +318,7 @@ def fit(model: nn.Module,  # any arm with a `loss(x, y, frac, **loss_kw)` method
         x: Tensor, y: Tensor,  # training images (n, 8, 8) and labels (n,)
         steps: int, lr: float, weight_decay: float = 0.0, seed: int = 0, **loss_kw) -> nn.Module:
     "Full-batch AdamW on the model's trainable parameters (LoRA, heads, variational and kernel parameters); frozen weights never move."
-    _check_int(steps, "steps", 1)
+    check_int(steps, "steps", 1)
     torch.manual_seed(seed)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
     model.train()

@@ -16,6 +16,8 @@ from torch import nn
 from torch_geometric.data import Batch, Data
 from torch_geometric.nn import TransformerConv
 from torch_geometric.utils import from_networkx, to_dense_adj, to_dense_batch
+from .core import check_int
+
 
 # %% auto #0
 __all__ = ['MAX_DEGREE', 'CLUSTERING_BINS', 'random_trees', 'delaunay_graphs', 'to_dense', 'to_networkx_graphs', 'pair_mask',
@@ -27,13 +29,6 @@ __all__ = ['MAX_DEGREE', 'CLUSTERING_BINS', 'random_trees', 'delaunay_graphs', '
            'GraphGRPO']
 
 # %% ../nbs/06_graph_grpo.ipynb #62c30202
-def _check_int(v, name: str, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if v < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
-    return int(v)
-
 def _as_data(g: nx.Graph) -> Data:
     d = from_networkx(nx.convert_node_labels_to_integers(g))
     return Data(edge_index=d.edge_index, num_nodes=g.number_of_nodes())
@@ -42,8 +37,8 @@ def random_trees(n_graphs: int,  # how many trees
                  n_min: int = 12, n_max: int = 16,  # node-count range, both ends included
                  seed: int = 0) -> list[Data]:
     "Uniformly random labelled trees (`nx.random_labeled_tree`), n ~ U{n_min..n_max}, as PyG `Data` (both edge directions)."
-    _check_int(n_graphs, "n_graphs", 1); _check_int(n_min, "n_min", 2)
-    if _check_int(n_max, "n_max", 2) < n_min: raise ValueError(f"n_max must be >= n_min, got {n_max} < {n_min}")
+    check_int(n_graphs, "n_graphs", 1); check_int(n_min, "n_min", 2)
+    if check_int(n_max, "n_max", 2) < n_min: raise ValueError(f"n_max must be >= n_min, got {n_max} < {n_min}")
     rng = np.random.default_rng(seed)
     return [_as_data(nx.random_labeled_tree(int(n), seed=int(rng.integers(2**31))))
             for n in rng.integers(n_min, n_max + 1, size=n_graphs)]
@@ -52,7 +47,7 @@ def delaunay_graphs(n_graphs: int,  # how many graphs
                     n: int = 12,  # nodes per graph
                     seed: int = 0) -> list[Data]:
     "Planar graphs: the edges of the Delaunay triangulation (`scipy.spatial.Delaunay`) of n uniform points in the unit square."
-    _check_int(n_graphs, "n_graphs", 1); _check_int(n, "n", 4)
+    check_int(n_graphs, "n_graphs", 1); check_int(n, "n", 4)
     rng, out = np.random.default_rng(seed), []
     for _ in range(n_graphs):
         tri = Delaunay(rng.random((n, 2)))
@@ -183,7 +178,7 @@ def time_grid(T: int = 50,  # number of steps
               t_start: float = 0.0,  # first time (refinement starts later)
               ) -> torch.Tensor:
     "Times t_0 = t_start < ... < t_T = 1: t_start + (1 - t_start) f(i / T). (T + 1,)."
-    _check_int(T, "T", 1); _check_t(t_start, "t_start")
+    check_int(T, "T", 1); _check_t(t_start, "t_start")
     if distortion not in ("polydec", "identity"): raise ValueError(f"distortion must be 'polydec' or 'identity', got {distortion!r}")
     u = torch.linspace(0, 1, T + 1, dtype=torch.float64)
     f = 2 * u - u ** 2 if distortion == "polydec" else u
@@ -239,7 +234,7 @@ class GraphDenoiser(nn.Module):
                  layers: int = 2,  # TransformerConv layers
                  heads: int = 2, k: int = 4):
         super().__init__()
-        _check_int(d, "d", 2); _check_int(layers, "layers", 1)
+        check_int(d, "d", 2); check_int(layers, "layers", 1)
         self.k = k
         self.node_in = nn.Linear(k + 6, d)                    # [degree / N, n / 16, t, RW PE, component size, components, cycle rank]
         self.edge_in = nn.Linear(k + 3, d)                    # [one-hot state, RRWP, same component]
@@ -279,7 +274,7 @@ def edge_prior(graphs: list[Data]) -> torch.Tensor:
 def train_dfm(model: GraphDenoiser, graphs: list[Data],
               steps: int = 400, batch_size: int = 32, lr: float = 1e-3, seed: int = 0) -> list[float]:
     "DFM pretraining: t ~ U[0, 1), E_t ~ p_{t|1}(.|E_1), cross-entropy of p_theta(E_1 | E_t) over unordered pairs, Eq. (gg-eq-dfm). Returns the losses."
-    _check_int(steps, "steps", 1); _check_int(batch_size, "batch_size", 1)
+    check_int(steps, "steps", 1); check_int(batch_size, "batch_size", 1)
     gen = torch.Generator().manual_seed(seed)
     p0, opt, losses = edge_prior(graphs), torch.optim.AdamW(model.parameters(), lr=lr), []
     E_all, mask_all = to_dense(graphs)                                          # (n, N, N), (n, N)
@@ -316,7 +311,7 @@ def sample(model: GraphDenoiser, mask: torch.Tensor,  # (B, N) node mask, the no
            record: bool = False,  # also return the trajectory (T + 1, B, N, N)
            ):
     "Euler CTMC sampling with the analytic rate, Eqs. (gg-eq-analytic), (gg-eq-step), on the polydec grid from t_start to 1."
-    _check_int(T, "T", 1); _check_probs(p0, "p0")
+    check_int(T, "T", 1); _check_probs(p0, "p0")
     if mask.ndim != 2: raise ValueError(f"mask must have shape (B, N), got {tuple(mask.shape)}")
     B, N = mask.shape
     E = noise_edges(torch.zeros(B, N, N, dtype=torch.long), mask, 0.0, p0, generator) if E_start is None else E_start.clone()
@@ -347,7 +342,7 @@ def trajectory_log_probs(model: GraphDenoiser, traj: torch.Tensor,  # (T + 1, B,
 def group_advantages(rewards: torch.Tensor,  # (G K,) rewards, K consecutive per group
                      group_size: int, eps: float = 1e-4, clip: float = 5.0) -> torch.Tensor:
     "A = (R - mean_group) / (std_group + eps), 0 where std_group < eps, clipped to [-clip, clip], Eq. (gg-eq-adv). (G K,)."
-    _check_int(group_size, "group_size", 2)
+    check_int(group_size, "group_size", 2)
     if rewards.ndim != 1 or len(rewards) % group_size:
         raise ValueError(f"rewards must be 1-D with a length divisible by group_size={group_size}, got {tuple(rewards.shape)}")
     r = rewards.view(-1, group_size)
@@ -388,7 +383,7 @@ def refine(model: GraphDenoiser, E: torch.Tensor,  # (B, N, N) graphs to refine
     """Refinement: renoise n_var copies of each graph to t_eps with p_{t_eps|1}, Eq. (gg-eq-noise), and regenerate them from
     t_eps to 1. Returns the variants (B n_var, N, N) (graph b's variants are rows b n_var ... (b + 1) n_var - 1), their mask,
     and with record=True the trajectory."""
-    _check_int(n_var, "n_var", 1)
+    check_int(n_var, "n_var", 1)
     if not 0.0 <= float(t_eps) <= 1.0: raise ValueError(f"t_eps must lie in [0, 1], got {t_eps}")
     E, mask = E.repeat_interleave(n_var, 0), mask.repeat_interleave(n_var, 0)
     if t_eps == 1.0:
@@ -486,7 +481,7 @@ class GraphGRPO:
                  p0: torch.Tensor, method: str = "grpo", lr: float = 1e-4, groups: int = 4, K: int = 8, T: int = 50,
                  beta: float = 0.005, refine_groups: int = 0, t_eps: float = 0.8, pool_size: int = 3, seed: int = 0):
         if method not in ("grpo", "reinforce"): raise ValueError(f"method must be 'grpo' or 'reinforce', got {method!r}")
-        _check_int(groups, "groups", 1); _check_int(K, "K", 2); _check_int(T, "T", 1)
+        check_int(groups, "groups", 1); check_int(K, "K", 2); check_int(T, "T", 1)
         if not lr > 0: raise ValueError(f"lr must be > 0, got {lr}")
         if not 0 <= refine_groups < groups: raise ValueError(f"refine_groups must lie in [0, groups), got {refine_groups}")
         self.policy, self.ref = copy.deepcopy(base), base
@@ -554,7 +549,7 @@ class GraphGRPO:
 
     def train(self, iters: int, callback: Callable[[int, "GraphGRPO"], dict] | None = None) -> list[dict]:
         "Run `iters` iterations; `callback(i, self)` may add entries (e.g. a held-out V.U.N.) to iteration i's record."
-        _check_int(iters, "iters", 1)
+        check_int(iters, "iters", 1)
         for i in range(iters):
             rec = self.step()
             if callback is not None: rec.update(callback(i, self))

@@ -15,6 +15,8 @@ from sklearn.metrics import r2_score
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 from torch import nn
+from .core import check_int
+
 
 # %% auto #0
 __all__ = ['OMEGAS', 'IMAGE_SIZE', 'PATCH', 'PHASE_WEIGHTS', 'PHASE_GAMMA', 'load_digit_images', 'rotate_frames',
@@ -28,17 +30,10 @@ __all__ = ['OMEGAS', 'IMAGE_SIZE', 'PATCH', 'PHASE_WEIGHTS', 'PHASE_GAMMA', 'loa
 OMEGAS = (-30.0, -15.0, 15.0, 30.0)  # angular velocities, degrees per frame
 IMAGE_SIZE, PATCH = 16, 4  # frame side and patch side, pixels
 
-def _check_int(v, name: str, lo: int) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-        raise TypeError(f"{name} must be an int, got {type(v).__name__}")
-    if v < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
-    return int(v)
-
 def load_digit_images(size: int = IMAGE_SIZE,  # side of the output frame, pixels
                       ) -> tuple[np.ndarray, np.ndarray]:
     "scikit-learn's bundled 8x8 digits, zoomed x1.5 (bilinear) and centred on a blank size x size frame in [0, 1]: (n, size, size), labels (n,)."
-    _check_int(size, "size", 12)
+    check_int(size, "size", 12)
     d = load_digits()
     small = ndimage.zoom(d.images / 16.0, (1, 1.5, 1.5), order=1)           # (n, 12, 12)
     out = np.zeros((len(small), size, size))
@@ -66,7 +61,7 @@ def make_rotation_clips(images: np.ndarray,  # source images, (n, H, W)
     """Clips x_t = shift(rotate(image, theta_0 + t w), (t - (T-1)/2) v), t = 0..T-1: a random image, start angle
     theta_0 (a multiple of 15 degrees), angular velocity w from `omegas` and velocity v from `shifts`.
     Returns {'x': (n_clips, T, 1, H, W) float32 tensor, 'omega', 'shift', 'theta0': (n_clips,), 'digit', 'image': (n_clips,)}."""
-    _check_int(n_clips, "n_clips", 1); _check_int(T, "T", 2)
+    check_int(n_clips, "n_clips", 1); check_int(T, "T", 2)
     if not len(omegas) or not len(shifts):
         raise ValueError("omegas and shifts must each hold at least one value")
     rng = np.random.default_rng(seed)
@@ -198,7 +193,7 @@ class HPCModule(nn.Module):
     def __init__(self, image_size: int = IMAGE_SIZE, patch: int = PATCH, channels: int = 1, dim: int = 32, depth: int = 1, max_T: int = 16,
                  patch_norm: bool = False):  # the authors' LayerNorm on each input patch (off for pixels)
         super().__init__()
-        _check_int(image_size, "image_size", 1); _check_int(patch, "patch", 1)
+        check_int(image_size, "image_size", 1); check_int(patch, "patch", 1)
         if image_size % patch:
             raise ValueError(f"image_size ({image_size}) must be divisible by the patch ({patch})")
         self.image_size, self.patch, self.channels, self.dim = image_size, patch, channels, dim
@@ -490,7 +485,7 @@ class FramePredictor(nn.Module):
 def train_frame_predictor(model: FramePredictor, x: torch.Tensor, steps: int = 900, lr: float = 1e-3, batch: int = 32,
                           seed: int = 0, weight_decay: float = 1e-4) -> list[float]:
     "One-step MSE on teacher-forced inputs, AdamW with cosine decay (the world models' optimiser), `steps` steps."
-    _check_int(steps, "steps", 1)
+    check_int(steps, "steps", 1)
     if not lr > 0:
         raise ValueError(f"lr must be positive, got {lr!r}")
     rng, hist = np.random.default_rng(seed), []
@@ -544,7 +539,7 @@ class RingCANN(nn.Module):
     def __init__(self, n: int = 100, k: float = 4.0, a: float = 0.5, J0: float = 4.0, tau: float = 1.0,
                  dt: float = 0.1, L: float = 2 * np.pi):
         super().__init__()
-        _check_int(n, "n", 3)
+        check_int(n, "n", 3)
         for name, v in (("k", k), ("a", a), ("J0", J0), ("tau", tau), ("dt", dt), ("L", L)):
             if not v > 0:
                 raise ValueError(f"{name} must be positive, got {v!r}")
@@ -588,7 +583,7 @@ class RingCANN(nn.Module):
 
     def run(self, u: torch.Tensor, steps: int, velocity=None, inp=None) -> torch.Tensor:
         "`steps` Euler steps; the trace of states, (steps + 1, ..., n)."
-        _check_int(steps, "steps", 0)
+        check_int(steps, "steps", 0)
         trace = [u]
         for _ in range(steps):
             trace.append(self.step(trace[-1], velocity, inp))

@@ -237,7 +237,7 @@ class ImageEncoder(nn.Module):
 def info_nce(logits: torch.Tensor,  # (B, B) similarities / tau, row i = image i, column j = text j
              weight: torch.Tensor | None = None,  # (B,) per-pair weight (pseudo-pair confidence), default 1
              ) -> torch.Tensor:
-    "Symmetric InfoNCE with the diagonal as positives, Eq. (3): mean over both directions of the (weighted) cross-entropy."
+    "Symmetric InfoNCE with the diagonal as positives, Eq. (lgdea-eq-nce): mean over both directions of the (weighted) cross-entropy."
     if logits.ndim != 2 or logits.shape[0] != logits.shape[1]:
         raise ValueError(f"logits must be a square (B, B) matrix, got shape {tuple(logits.shape)}")
     target = torch.arange(len(logits))
@@ -249,7 +249,7 @@ def clip_infonce(img: torch.Tensor,  # (B, d) image embeddings
                  txt: torch.Tensor,  # (B, d) text embeddings of the paired reports
                  tau: float = 0.07,  # temperature
                  ) -> torch.Tensor:
-    "The global CLIP loss, Eq. (1): symmetric InfoNCE on cosine similarities / tau."
+    "The global CLIP loss, Eq. (lgdea-eq-nce): symmetric InfoNCE on cosine similarities / tau."
     if img.shape != txt.shape:
         raise ValueError(f"img and txt must have the same shape, got {tuple(img.shape)} and {tuple(txt.shape)}")
     return info_nce(F.normalize(img, dim=1) @ F.normalize(txt, dim=1).T / tau)
@@ -257,7 +257,7 @@ def clip_infonce(img: torch.Tensor,  # (B, d) image embeddings
 # %% ../nbs/10_lgdea.ipynb #6181c4e1
 class EvidenceSpace(nn.Module):
     """The shared diagnostic evidence space: K learnable prototypes P (K, d); prototype cross-attention pools image tokens into
-    one visual evidence vector per prototype, Eq. (4), and a presence head reads each after a layer norm, Eq. (5)."""
+    one visual evidence vector per prototype, and a presence head reads each after a layer norm, Eq. (lgdea-eq-attn)."""
     def __init__(self, K: int = K, d: int = 32):
         super().__init__()
         self.prototypes = nn.Parameter(torch.randn(K, d) / d ** 0.5)
@@ -275,7 +275,7 @@ class EvidenceSpace(nn.Module):
 def pool_evidence(evidence: list[list[Evidence]],  # one list of items per report
                   emb: dict[str, torch.Tensor],  # sentence -> its text-encoder embedding t, (d,)
                   ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Text evidence per prototype, u_k(R) = mean of the embeddings t_m of R's items aligned to k, Eq. (6).
+    """Text evidence per prototype, u_k(R) = mean of the embeddings t_m of R's items aligned to k, Eq. (lgdea-eq-u).
     Returns u (R, K, d), mask (R, K) of the prototypes R speaks to, and every item's embedding t (M, d) with its
     prototype (M,) for the commitment loss."""
     rows = [(r, e.prototype, e.sentence) for r, items in enumerate(evidence) for e in items]
@@ -291,7 +291,7 @@ def evidence_similarity(v: torch.Tensor,  # (B, K, d) visual evidence of B image
                         u: torch.Tensor,  # (R, K, d) text evidence of R reports
                         mask: torch.Tensor,  # (R, K) prototypes each report speaks to
                         ) -> torch.Tensor:
-    "S(I, R) = |K_R|^-1 sum_{k in K_R} cos(v_k(I), u_k(R)), Eq. (7); (B, R)."
+    "S(I, R) = |K_R|^-1 sum_{k in K_R} cos(v_k(I), u_k(R)), Eq. (lgdea-eq-S); (B, R)."
     cos = torch.einsum("bkd,rkd->brk", F.normalize(v, dim=-1), F.normalize(u, dim=-1))
     m = mask.float()
     return (cos * m).sum(-1) / m.sum(1).clamp(min=1)
@@ -312,7 +312,7 @@ def label_propagation(W: torch.Tensor,  # (n, n) normalised graph, spectral radi
                       Y0: torch.Tensor,  # (n, c) seed labels
                       alpha: float = 0.8,  # propagation strength in [0, 1)
                       ) -> torch.Tensor:
-    "Closed-form label propagation F = (1 - alpha)(I - alpha W)^-1 Y0, Eq. (8); (n, c)."
+    "Closed-form label propagation F = (1 - alpha)(I - alpha W)^-1 Y0, Eq. (lgdea-eq-lp); (n, c)."
     if not 0 <= alpha < 1:
         raise ValueError(f"alpha must lie in [0, 1), got {alpha!r}")
     return (1 - alpha) * torch.linalg.solve(torch.eye(len(W)) - alpha * W, Y0)
@@ -334,7 +334,7 @@ def propagate_pseudo_pairs(pi_img: torch.Tensor,  # (n_i, K) predicted presence 
                            knn: int = 10,  # neighbours per node in both graphs
                            jaccard_min: float = 0.8,  # minimum agreement of the image's predicted profile with the report's
                            ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Seed-edge propagation and two-hop pseudo-pair inference, Eq. (9): score = A_I Y0 A_R, the paths
+    """Seed-edge propagation and two-hop pseudo-pair inference, Eq. (lgdea-eq-score): score = A_I Y0 A_R, the paths
     image -> paired image -> its report -> similar report, with A = (1 - alpha)(I - alpha W)^-1 over the image graph
     (cosine of presence profiles) and the report graph (Jaccard of evidence profiles). An unpaired image takes its
     best-scoring unpaired report if the score reaches theta x its row maximum and the profiles agree (Jaccard >= jaccard_min).
@@ -362,7 +362,7 @@ def propagate_pseudo_pairs(pi_img: torch.Tensor,  # (n_i, K) predicted presence 
 
 # %% ../nbs/10_lgdea.ipynb #669bff60
 class CLIPBaseline(nn.Module):
-    "Global image-report alignment (the CLIP baseline): mean-pooled projected patch tokens against the whole report, Eq. (1)."
+    "Global image-report alignment (the CLIP baseline): mean-pooled projected patch tokens against the whole report, Eq. (lgdea-eq-nce)."
     def __init__(self, d: int = 32, tau: float = 0.07):
         super().__init__()
         self.image, self.text, self.proj, self.tau = ImageEncoder(d), TextEncoder(d), nn.Linear(d, d), tau
@@ -380,8 +380,8 @@ class CLIPBaseline(nn.Module):
         return torch.einsum("bnd,bd->bn", tokens, F.normalize(self.text([e.sentence for e in evidence]), dim=1))
 
 class LGDEA(nn.Module):
-    """Diagnostic-evidence alignment: evidence-level InfoNCE on S(I, R), Eq. (7), + presence BCE, + commitment of text
-    items to their prototypes, + a small global InfoNCE, Eq. (10)."""
+    """Diagnostic-evidence alignment: evidence-level InfoNCE on S(I, R), Eq. (lgdea-eq-S), + presence BCE, + commitment of text
+    items to their prototypes, + a small global InfoNCE, Eq. (lgdea-eq-loss)."""
     def __init__(self, d: int = 32, tau: float = 0.07,
                  presence: float = 1.0,  # weight of the presence loss (0: the 'without presence loss' ablation)
                  commit: float = 0.25,  # weight of the commitment / codebook loss
@@ -397,7 +397,7 @@ class LGDEA(nn.Module):
         return (V, *self.space(V))
 
     def similarity(self, x: torch.Tensor, reports: list[str]) -> torch.Tensor:
-        "Evidence-level similarity S(I, R), Eq. (7); (B, R)."
+        "Evidence-level similarity S(I, R), Eq. (lgdea-eq-S); (B, R)."
         evidence = [extract_evidence(r) for r in reports]
         u, mask, _, _ = pool_evidence(evidence, self.text.embed([e.sentence for items in evidence for e in items]))
         return evidence_similarity(self.encode_images(x)[2], u, mask)
@@ -407,7 +407,7 @@ class LGDEA(nn.Module):
              weight: torch.Tensor | None = None,  # (B,) pair confidence, 1 for true pairs
              unpaired_reports: tuple[str, ...] = (),  # report-only reports: their items enter the commitment loss only
              ) -> torch.Tensor:
-        "Eq. (10): evidence InfoNCE + presence BCE + commitment / codebook + global InfoNCE, every text encoded in one batch."
+        "Eq. (lgdea-eq-loss): evidence InfoNCE + presence BCE + commitment / codebook + global InfoNCE, every text encoded in one batch."
         V, _, v, logit = self.encode_images(x)
         evidence = [extract_evidence(r) for r in reports]
         extra = [extract_evidence(r) for r in unpaired_reports]
@@ -426,7 +426,7 @@ class LGDEA(nn.Module):
         return ((t - P.detach()) ** 2).sum(1).mean() + ((t.detach() - P) ** 2).sum(1).mean()
 
     def grounding_maps(self, x: torch.Tensor, evidence: list[Evidence]) -> torch.Tensor:
-        "Grounding: the attention of the item's prototype over the patches, alpha_k, Eq. (4); (B, N)."
+        "Grounding: the attention of the item's prototype over the patches, alpha_k, Eq. (lgdea-eq-attn); (B, N)."
         alpha = self.encode_images(x)[1]
         return alpha[torch.arange(len(x)), torch.tensor([e.prototype for e in evidence])]
 

@@ -11,6 +11,8 @@ import scipy.stats
 import torch
 import torch.nn.functional as F
 from torch import nn
+from .core import check_int, check_number
+
 
 # %% auto #0
 __all__ = ['MACRO_COLUMNS', 'rlc_ladder_matrices', 'discretize_zoh', 'rlc_energy', 'coupling_matrix', 'simulate_rlc_ladder',
@@ -20,16 +22,6 @@ __all__ = ['MACRO_COLUMNS', 'rlc_ladder_matrices', 'discretize_zoh', 'rlc_energy
            'train_forecaster', 'predict', 'evaluate', 'naive_errors', 'map_coupling_spearman', 'load_macrodata']
 
 # %% ../nbs/16_pesd_tsf.ipynb #c3c2a294
-def _check_pos_int(v, name: str, lo: int = 1) -> int:
-    if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < lo:
-        raise ValueError(f"{name} must be an int >= {lo}, got {v!r}")
-    return int(v)
-
-def _check_nonneg(v, name: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not v >= 0 or math.isnan(v):
-        raise ValueError(f"{name} must be a number >= 0, got {v!r}")
-    return float(v)
-
 def rlc_ladder_matrices(N: int,  # nodes (capacitors), one observed variable each
                         kappa: float,  # coupling 1 / L_c between neighbouring nodes
                         C=1.0,  # node capacitances, a number or N numbers
@@ -37,8 +29,8 @@ def rlc_ladder_matrices(N: int,  # nodes (capacitors), one observed variable eac
                         R_s: float = 1.0,  # source resistance of each node's drive (math.inf: no drive, no loss)
                         ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     "State matrix A, input matrix B and energy weights q of the ladder z' = A z + B u, z = (v, phi), Eq. (pesd-eq-ode)."
-    N = _check_pos_int(N, "N", 2)
-    kappa, R_c = _check_nonneg(kappa, "kappa"), _check_nonneg(R_c, "R_c")
+    N = check_int(N, "N", 2)
+    kappa, R_c = check_number(kappa, "kappa", lo=0), check_number(R_c, "R_c", lo=0)
     if isinstance(R_s, bool) or not isinstance(R_s, (int, float)) or not R_s > 0:
         raise ValueError(f"R_s must be a number > 0 (math.inf for no source), got {R_s!r}")
     C = np.broadcast_to(np.asarray(C, dtype=float), (N,)).copy()
@@ -80,7 +72,7 @@ def rlc_energy(z: np.ndarray,  # states (..., 2N - 1) = (v, phi)
 
 def coupling_matrix(N: int, kappa: float) -> np.ndarray:
     "The true inter-variable coupling: kappa = 1 / L_c between ladder neighbours, 0 elsewhere; shape (N, N)."
-    N, kappa = _check_pos_int(N, "N", 2), _check_nonneg(kappa, "kappa")
+    N, kappa = check_int(N, "N", 2), check_number(kappa, "kappa", lo=0)
     return kappa * (np.eye(N, k=1) + np.eye(N, k=-1))
 
 def simulate_rlc_ladder(N: int = 8,  # nodes = observed variables
@@ -94,8 +86,8 @@ def simulate_rlc_ladder(N: int = 8,  # nodes = observed variables
                         rho: float = 0.98,  # AR(1) coefficient of the drift
                         ) -> tuple[np.ndarray, np.ndarray]:
     "Node voltages Y (T, N) of the driven ladder (exact ZOH, Eq. (pesd-eq-zoh)) and the stored energy (T,)."
-    T = _check_pos_int(T, "T", 2)
-    noise, drift = _check_nonneg(noise, "noise"), _check_nonneg(drift, "drift")
+    T = check_int(T, "T", 2)
+    noise, drift = check_number(noise, "noise", lo=0), check_number(drift, "drift", lo=0)
     if isinstance(rho, bool) or not isinstance(rho, (int, float, np.integer, np.floating)) or not -1 < rho < 1:
         raise ValueError(f"rho must be a number in (-1, 1), a stationary AR(1) drift, got {rho!r}")
     if not periods or not all(isinstance(p, (int, float)) and p > 0 for p in periods):
@@ -158,7 +150,7 @@ def series_decomp(x: torch.Tensor,  # series (..., L)
 
 # %% ../nbs/16_pesd_tsf.ipynb #ef653d25
 def _check_horizon(L, H):
-    _check_pos_int(L, "L", 1)
+    check_int(L, "L", 1)
     if isinstance(H, bool) or not isinstance(H, (int, np.integer)) or H <= 0:
         raise ValueError(f"H (horizon) must be an int > 0, got {H!r}")
 
@@ -185,7 +177,7 @@ class PatchTSTLite(Forecaster):
     def __init__(self, N: int, L: int, H: int, patch: int = 16, stride: int = 8, d: int = 32, heads: int = 4, layers: int = 2):
         super().__init__()
         _check_horizon(L, H)
-        _check_pos_int(patch, "patch"); _check_pos_int(stride, "stride")
+        check_int(patch, "patch", lo=1); check_int(stride, "stride", lo=1)
         if L < patch: raise ValueError(f"L (lookback) must be >= the patch length {patch}, got {L}")
         self.patch, self.stride = patch, stride
         n_patch = (L + stride - patch) // stride + 1                        # with the end padded by one stride
@@ -236,7 +228,7 @@ def top_fft_periods(Y: np.ndarray,  # training series (T, N)
     amp = np.abs(np.fft.rfft(Y - Y.mean(0), axis=0)).mean(1)
     amp[0] = 0.0
     peaks = [f for f in range(1, len(amp) - 1) if amp[f] >= amp[f - 1] and amp[f] >= amp[f + 1]]
-    top = sorted(peaks, key=lambda f: -amp[f])[:_check_pos_int(M, "M")]
+    top = sorted(peaks, key=lambda f: -amp[f])[:check_int(M, "M", lo=1)]
     return tuple(float(len(Y) / f) for f in top)
 
 class PeriodicGate(nn.Module):
@@ -348,7 +340,7 @@ class PESDTSF(Forecaster):
         _check_horizon(L, H)
         if not scales or not all(isinstance(s, (int, np.integer)) and not isinstance(s, bool) and s >= 1 for s in scales):
             raise ValueError(f"scales must be positive ints, got {scales!r}")
-        _check_pos_int(patch, "patch"); _check_pos_int(k, "k")
+        check_int(patch, "patch", lo=1); check_int(k, "k", lo=1)
         if L % (patch * max(scales)):  # L >= 1, so this also rejects L < patch * max(scales)
             raise ValueError(f"L (lookback) must be a positive multiple of patch * largest scale = {patch * max(scales)}, got {L}")
         self.scales, self.patch, self.lams = tuple(scales), patch, (lam_o, lam_c, lam_r)
@@ -418,7 +410,7 @@ def chronological_windows(Y: np.ndarray,  # series (T, N)
     if Y.ndim != 2: raise ValueError(f"Y (series) must be a (T, N) array, got shape {Y.shape}")
     if not np.isfinite(Y).all(): raise ValueError("Y (series) must be finite: it holds nan or inf")
     _check_horizon(L, H)
-    stride_eval = _check_pos_int(stride_eval, "stride_eval")
+    stride_eval = check_int(stride_eval, "stride_eval", lo=1)
     if not (isinstance(fractions, (tuple, list)) and len(fractions) == 2
             and all(isinstance(f, (int, float)) and not isinstance(f, bool) and f > 0 for f in fractions) and sum(fractions) < 1):
         raise ValueError(f"fractions must be two shares > 0 (train, validation) summing to less than 1, got {fractions!r}")
@@ -439,7 +431,7 @@ def chronological_windows(Y: np.ndarray,  # series (T, N)
 def train_forecaster(model: Forecaster, data: dict, steps: int = 300, lr: float = 3e-3, batch: int = 32,
                      seed: int = 0) -> list[float]:
     "Adam on MSE + model.penalty() over random training windows for `steps` steps; returns the loss history."
-    _check_pos_int(steps, "steps"); _check_pos_int(batch, "batch")
+    check_int(steps, "steps", lo=1); check_int(batch, "batch", lo=1)
     if not lr > 0: raise ValueError(f"lr must be > 0, got {lr!r}")
     X, Y, tau = data["train"]
     g = torch.Generator().manual_seed(seed)
@@ -461,7 +453,7 @@ def predict(model: Forecaster, X: torch.Tensor, tau: torch.Tensor, batch: int = 
 
 def _split_horizon(horizon, Y) -> int:
     "The number of leading target steps scored: all of Y's by default, else 1 <= horizon <= Y's."
-    h = Y.shape[-1] if horizon is None else _check_pos_int(horizon, "horizon")
+    h = Y.shape[-1] if horizon is None else check_int(horizon, "horizon", lo=1)
     if h > Y.shape[-1]: raise ValueError(f"horizon must be <= the split's {Y.shape[-1]} target steps, got {h}")
     return h
 
@@ -475,7 +467,7 @@ def evaluate(model: Forecaster, split: tuple, horizon: int | None = None) -> dic
 def naive_errors(split: tuple, period: int = 24, horizon: int | None = None) -> dict:
     "MSE of the last-value and the seasonal-naive (repeat the last `period` steps) forecasts on a split."
     X, Y, _ = split
-    period = _check_pos_int(period, "period")
+    period = check_int(period, "period", lo=1)
     h = _split_horizon(horizon, Y)
     last = X[..., -1:].expand(-1, -1, h)
     seas = X[..., -period:].repeat(1, 1, -(-h // period))[..., :h]

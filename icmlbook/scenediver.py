@@ -226,7 +226,7 @@ def noisy_scene_graph(scene: dict,  # a scene from make_scene
 def focus_map(boxes: Sequence,  # verified boxes (x0, y0, x1, y1), pixels, end-exclusive; may stick out of the image
               hw: tuple[int, int] = (IMG, IMG),  # image height, width
               ) -> torch.Tensor:
-    "s_uv = 1[exists k in C: (u, v) in b_k], Eq. (3): the union of the boxes clipped to the image; shape (H, W)."
+    "s_uv = 1[exists k in C: (u, v) in b_k], Eq. (sd-eq-focus): the union of the boxes clipped to the image; shape (H, W)."
     h, w = hw
     s = torch.zeros(h, w)
     for b in boxes:
@@ -259,7 +259,7 @@ def modulate(img: torch.Tensor,  # (C, H, W) or (B, C, H, W)
              beta: float = 0.3,  # brightness kept outside the focus, in [0, 1]
              sigma: float = 2.0,  # blur outside the focus, pixels, >= 0
              ) -> torch.Tensor:
-    "Soft modulation, Eq. (4)-(5): I_dim = I * (beta + (1 - beta) s), I_out = s * I_dim + (1 - s) * B_sigma(I_dim)."
+    "Soft modulation, Eqs. (sd-eq-dim)-(sd-eq-modulate): I_dim = I * (beta + (1 - beta) s), I_out = s * I_dim + (1 - s) * B_sigma(I_dim)."
     if not 0 <= beta <= 1: raise ValueError(f"beta must lie in [0, 1], got {beta!r}")
     if sigma < 0: raise ValueError(f"sigma must be >= 0, got {sigma!r}")
     single = img.dim() == 3
@@ -267,8 +267,8 @@ def modulate(img: torch.Tensor,  # (C, H, W) or (B, C, H, W)
     s = s.to(x.dtype)
     s = s.view(1, 1, *s.shape) if s.dim() == 2 else s[:, None] if s.dim() == 3 else s  # (B or 1, 1, H, W)
     if s.shape[-2:] != x.shape[-2:]: raise ValueError(f"s must have the image's height and width {tuple(x.shape[-2:])}, got {tuple(s.shape[-2:])}")
-    dim = x * (beta + (1 - beta) * s)                                 # Eq. (4)
-    out = s * dim + (1 - s) * gaussian_blur(dim, sigma)               # Eq. (5)
+    dim = x * (beta + (1 - beta) * s)                                 # Eq. (sd-eq-dim)
+    out = s * dim + (1 - s) * gaussian_blur(dim, sigma)               # Eq. (sd-eq-modulate)
     return out[0] if single else out
 
 # %% ../nbs/13_scenediver.ipynb #73b2794b
@@ -462,7 +462,7 @@ def fine_verify(img: torch.Tensor,  # (3, H, W)
 # %% ../nbs/13_scenediver.ipynb #2283b4d4
 class SceneDiver:
     """Coarse-to-fine focus, Algorithm 1: scene graph -> coarse sub-scenes -> fine verification -> soft modulation
-    (Eq. 5) -> the answerer acts on I_out. `mode` 'coarse' keeps the graph's candidates unverified (coarse-only),
+    (Eq. (sd-eq-modulate)) -> the answerer acts on I_out. `mode` 'coarse' keeps the graph's candidates unverified (coarse-only),
     'fine' verifies without the graph over the whole image (fine-only, a one-step focus)."""
     def __init__(self, answerer: Answerer, verifier: Verifier, beta: float = 0.3, sigma: float = 2.0,
                  hi: float = 0.7, lo: float = 0.3, margin: float = 1.0, mode: str = "full"):
@@ -501,7 +501,7 @@ class SceneDiver:
         return C
 
     def focus(self, img, graph, task, colour) -> torch.Tensor:
-        "The focus map s for one question, Eq. (3); shape (H, W)."
+        "The focus map s for one question, Eq. (sd-eq-focus); shape (H, W)."
         return focus_map(self.plan(img, graph, task, colour), img.shape[-2:])
 
     def answer(self, img: torch.Tensor, graph: dict | None, task: str, colour: int | None) -> int:
@@ -543,7 +543,7 @@ def vcd_logits(logits: torch.Tensor,  # answerer logits on the image, (B, A)
 
 # %% ../nbs/13_scenediver.ipynb #6893d0c3
 class SlotAttention(nn.Module):
-    """Slot attention (Locatello et al., 2020), Eq. (6)-(7): attention logits q(slots) k(x)^T / sqrt(D) are normalised
+    """Slot attention (Locatello et al., 2020), Eqs. (sd-eq-slot-attn)-(sd-eq-slot-update): attention logits q(slots) k(x)^T / sqrt(D) are normalised
     over the SLOTS (softmax over k), each slot takes the attention-weighted mean of v(x), then a GRU and an MLP."""
     def __init__(self, dim: int, iters: int = 3, eps: float = 1e-8):
         super().__init__()
@@ -561,9 +561,9 @@ class SlotAttention(nn.Module):
         k, v = self.k(x), self.v(x)                                              # (B, L, D)
         for _ in range(self.iters):
             logits = torch.einsum("bkd,bld->bkl", self.q(self.norm_s(slots)), k) * self.scale
-            attn = logits.softmax(dim=1)                                         # over slots, Eq. (6)
+            attn = logits.softmax(dim=1)                                         # over slots, Eq. (sd-eq-slot-attn)
             w = (attn + self.eps) / (attn + self.eps).sum(-1, keepdim=True)       # weighted mean over tokens
-            upd = torch.einsum("bkl,bld->bkd", w, v)                             # Eq. (7)
+            upd = torch.einsum("bkl,bld->bkd", w, v)                             # Eq. (sd-eq-slot-update)
             slots = self.gru(upd.reshape(-1, upd.shape[-1]), slots.reshape(-1, slots.shape[-1])).view_as(slots)
             slots = slots + self.mlp(self.norm_m(slots))
         return slots, attn
@@ -574,7 +574,7 @@ def hungarian_structure_loss(centres: torch.Tensor,  # predicted slot centres (K
                              target_centres: torch.Tensor,  # graph objects' centres (N, 2), N <= K
                              target_colours: torch.Tensor,  # their colours (N,), long
                              ) -> torch.Tensor:
-    """Structure loss, Eq. (9): the minimum over one-to-one matchings of slots to objects (scipy's
+    """Structure loss, Eq. (sd-eq-hungarian): the minimum over one-to-one matchings of slots to objects (scipy's
     linear_sum_assignment) of sum_matched [L1(centre) + CE(colour)] + sum_k BCE(r_k, 1[k matched]), divided by K."""
     K, N = len(centres), len(target_centres)
     if N > K: raise ValueError(f"target_centres must hold at most K = {K} objects, got {N}")
@@ -592,14 +592,14 @@ def hungarian_structure_loss(centres: torch.Tensor,  # predicted slot centres (K
 def entropy_gate(M: torch.Tensor,  # predicted focus mask (..., L) in (0, 1)
                  tau: float,  # largest mean binary entropy (nats) at which the mask is trusted
                  ) -> torch.Tensor:
-    "Entropy gate, Eq. (10): True where the mask is trusted, mean_l H(M_l) <= tau; shape M.shape[:-1]."
+    "Entropy gate, Eq. (sd-eq-gate): True where the mask is trusted, mean_l H(M_l) <= tau; shape M.shape[:-1]."
     if not 0 <= tau: raise ValueError(f"tau must be >= 0, got {tau!r}")
     Mc = M.clamp(1e-6, 1 - 1e-6)
     H = -(Mc * Mc.log() + (1 - Mc) * (1 - Mc).log()).mean(-1)
     return H <= tau
 
 class SlotFocusAdapter(nn.Module):
-    """The VLA adapter, Eq. (8): slots initialised N(mu(v_task) + delta_k, sigma_global) read the answerer's tokens;
+    """The VLA adapter, Eqs. (sd-eq-slot-init)-(sd-eq-mask): slots initialised N(mu(v_task) + delta_k, sigma_global) read the answerer's tokens;
     M_pred = sigma(w sum_k r_k A_k + b + alpha Delta_patch), with alpha = 0 at initialisation. Each slot also predicts
     an object (centre, colour) for the structure loss."""
     def __init__(self, d: int = 24, K: int = 6, iters: int = 3, n_q: int = 3 + len(COLOURS), grid: int = 8):
@@ -670,8 +670,8 @@ def distill_adapter(adapter: SlotFocusAdapter, answerer: Answerer,
                     masks: torch.Tensor,  # (N, H, W) the planner's focus maps
                     targets: list[tuple[torch.Tensor, torch.Tensor]],  # per query: verified centres and colours
                     steps: int = 200, lr: float = 3e-3, batch: int = 32, seed: int = 0, w_struct: float = 0.5) -> list[float]:
-    """Train the adapter on the frozen answerer's features: mask loss BCE(M_pred, pooled focus map), Eq. (11), plus
-    w_struct times the Hungarian structure loss, Eq. (9), averaged over the batch. Returns the loss per step."""
+    """Train the adapter on the frozen answerer's features: mask loss BCE(M_pred, pooled focus map), Eq. (sd-eq-mask-loss), plus
+    w_struct times the Hungarian structure loss, Eq. (sd-eq-hungarian), averaged over the batch. Returns the loss per step."""
     with torch.no_grad(): feats = answerer.features(imgs)                      # (N, d, 2G, 2G)
     G = feats.shape[-1] // 2
     target = F.adaptive_avg_pool2d(masks[:, None], G).flatten(1)                # (N, G*G), soft targets
@@ -690,7 +690,7 @@ def distill_adapter(adapter: SlotFocusAdapter, answerer: Answerer,
 def adapter_logits(adapter: SlotFocusAdapter, answerer: Answerer, imgs: torch.Tensor, qs: torch.Tensor, tasks: Sequence[str],
                    tau: float = 0.5, beta: float = 0.3, sigma: float = 0.5) -> torch.Tensor:
     """The distilled path: answerer tokens -> M_pred (upsampled 2x to the token grid) -> entropy gate (an untrusted mask becomes M = 1, the raw
-    features) -> soft modulation of the tokens, Eq. (5) on the feature map -> the answerer's head. Logits (B, N_ANSWERS)."""
+    features) -> soft modulation of the tokens, Eq. (sd-eq-modulate) on the feature map -> the answerer's head. Logits (B, N_ANSWERS)."""
     with torch.no_grad():
         f = answerer.features(imgs)
         M = adapter(f, qs)["M"]

@@ -23,7 +23,7 @@ def test_config_has_what_the_book_needs():
     assert c["execute"]["execute_notebooks"] == "cache" and c["execute"]["timeout"] > 0
     assert "sphinx_proof" in c["sphinx"]["extra_extensions"]
     assert c["bibtex_bibfiles"] == ["references.bib"] and (ROOT / "references.bib").exists()
-    assert c["launch_buttons"]["colab_url"] and c["repository"]["url"].startswith("https://")
+    assert c["launch_buttons"]["colab_url"] and c["repository"]["branch"] == "main"
     assert {"amsmath", "dollarmath", "colon_fence"} <= set(c["parse"]["myst_enable_extensions"])
     for pattern in ("_build", ".venv", "icmlbook", "tests"):
         assert pattern in c["exclude_patterns"]

@@ -148,3 +148,24 @@ def test_loopback_stays_open_for_distributed_tests():
         server.listen(1)
         with socket.create_connection(server.getsockname(), timeout=2):
             pass
+
+
+def test_the_bitsandbytes_hub_kernel_warning_is_dropped_and_nothing_else():
+    "bitsandbytes' CPU backend warns that it cannot fetch a 4-bit kernel from a hub; that record alone is dropped."
+    import logging
+    import icmlbook
+    kept = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            kept.append(record.getMessage())
+    msg = "Failed to load CPU gemm_4bit_forward from kernels-community: Kernel repository could not be verified"
+    for name, text in ((icmlbook.BITSANDBYTES_CPU_NOISE_LOGGER, msg), (icmlbook.BITSANDBYTES_CPU_NOISE_LOGGER, "other"),
+                       ("icmlbook.test", msg)):
+        log, h = logging.getLogger(name), Keep()
+        log.addHandler(h)
+        try:
+            log.warning(text)
+        finally:
+            log.removeHandler(h)
+    assert kept == ["other", msg]

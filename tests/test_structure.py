@@ -98,11 +98,25 @@ def test_toc_parts_hold_their_chapters_in_order():
     assert [c for c in captions if c in PARTS] == order
 
 
+def load_tool(name: str):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(f"icmlbook_tools_{name}", ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_repository_url_is_kept_in_one_place():
+    "settings.ini names the repository; the book's buttons and links take it from there, and no config repeats it."
     cfg = yaml.safe_load((ROOT / "_config.yml").read_text(encoding="utf-8"))
     ini = configparser.ConfigParser(delimiters=["="])
     ini.read(ROOT / "settings.ini")
-    assert ini["DEFAULT"]["git_url"] == cfg["repository"]["url"]
+    url = ini["DEFAULT"]["git_url"]
+    assert "url" not in cfg["repository"]
+    book = load_tool("book")
+    assert book.book_config("off")["repository"]["url"] == url
+    for f in [ROOT / "_config.yml", *(ROOT / ".github" / "workflows").glob("*.yaml"), ROOT / "Makefile"]:
+        assert url not in f.read_text(encoding="utf-8"), f"{f.name} writes the repository's address again"
 
 
 def test_readme_is_generated_from_the_front_page():

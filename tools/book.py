@@ -45,7 +45,16 @@ def book_config(mode: str) -> dict:
         config["html"]["favicon"] = str(ROOT / config["html"]["favicon"])
     sphinx = config["sphinx"]["config"]
     sphinx["html_static_path"] = [str(ROOT / f) for f in sphinx["html_static_path"]]
+    config.setdefault("repository", {})["url"] = repository_url()  # the Colab buttons and repository links
     return config
+
+
+def repository_url() -> str:
+    "The repository's address, from settings.ini's git_url: the one place it is written."
+    import configparser
+    ini = configparser.ConfigParser(delimiters=["="])
+    ini.read(ROOT / "settings.ini")
+    return ini["DEFAULT"]["git_url"]
 
 
 class Snapshot(NamedTuple):

@@ -3,8 +3,9 @@
     python tools/readme.py          # rewrite README.md
     python tools/readme.py --check  # exit 1 if README.md is out of date
 
-Links to notebooks (`](04_bas.ipynb)`) are rewritten to point into nbs/, and MyST citation roles are
-shown as plain text, so the README reads well on a code host.
+Links to notebooks (`](04_bas.ipynb)`) are rewritten to point into nbs/, MyST citation roles are shown as plain
+text, and the workflows' status badges (tests, book, last confirmation) go under the title, so the README reads well
+on a code host.
 """
 import json
 import re
@@ -19,7 +20,19 @@ def render() -> str:
     text = "\n\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
     text = re.sub(r"\]\((?!https?:)([\w.-]+?)(\.ipynb)?\)", lambda m: f"](nbs/{m.group(1)}.ipynb)", text)
     text = re.sub(r"\{cite(?::\w+)?\}`([^`]+)`", r"[\1]", text)
-    return "<!-- Generated from nbs/index.ipynb by `make readme`; edit the notebook, not this file. -->\n\n" + text + "\n"
+    title, _, rest = text.partition("\n")
+    return ("<!-- Generated from nbs/index.ipynb by `make readme`; edit the notebook, not this file. -->\n\n"
+            + title + "\n\n" + badges() + "\n" + rest + "\n")
+
+
+def badges() -> str:
+    "The status badges of the three workflows, for the repository settings.ini names (the one place it is written)."
+    import configparser
+    ini = configparser.ConfigParser(delimiters=["="])
+    ini.read(ROOT / "settings.ini")
+    url = ini["DEFAULT"]["git_url"]
+    return " ".join(f"[![{name}]({url}/actions/workflows/{file}/badge.svg)]({url}/actions/workflows/{file})"
+                    for name, file in (("tests", "test.yaml"), ("book", "deploy.yaml"), ("last confirmation", "confirm.yaml")))
 
 
 def main() -> int:
