@@ -905,7 +905,10 @@ def budget_figure(tuning: list[dict]):
 # The instruction set the kernels of torch (ATen, oneDNN, MKL) and numpy's OpenBLAS are pinned to in notebook runs,
 # so that the same code gives the same numbers on any x86-64 CPU with AVX2 (set before torch and numpy load;
 # `make` exports them, `run_chapter` passes them to its kernel; a value already in the environment is kept).
-KERNEL_PINS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "OPENBLAS_CORETYPE": "Haswell"}
+# torch.compile's generated C++ follows ATEN_CPU_CAPABILITY; its AVX2 code converts to FP8 wrongly in torch 2.13
+# (BAS's compiled step gives inf), so it is generated unvectorised, which is also the same on every CPU.
+KERNEL_PINS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2", "OPENBLAS_CORETYPE": "Haswell",
+               "TORCHINDUCTOR_VEC_ISA_OK": "0"}
 
 def _cpu_model() -> str:
     try:
