@@ -70,7 +70,7 @@ nbtest: install
 
 # Cross-chapter tests, then the built book in headless Chromium (tests/test_browser.py).
 pytest: install
-	ICMLBOOK_BOOK_BUILT=1 $(BIN)/pytest tests -q
+	ICMLBOOK_BOOK_BUILT=1 $(BIN)/pytest tests -q --durations=15
 
 # The book with warnings as errors, rendered from the outputs nbtest cached: no chapter runs twice.
 booktest: install

@@ -23,13 +23,18 @@ for _name in TORCHAO_CPU_NOISE_LOGGERS:  # a filter on the logger that emits: ot
     _logging.getLogger(_name).addFilter(_not_torchao_cpu_noise)
 
 
-BITSANDBYTES_CPU_NOISE_LOGGER = "bitsandbytes.backends.cpu.ops"
+BITSANDBYTES_CPU_NOISE = {  # logger -> the start of the one message it logs when bitsandbytes' CPU backend looks for a hub kernel
+    "bitsandbytes.backends.cpu.ops": "Failed to load CPU gemm_4bit_forward from kernels-community",
+    "kernels._internals.hf_hub": "Skipping publisher trust check for 'kernels-community/quantization-bitsandbytes'",
+}
 
 
 def _not_bitsandbytes_cpu_noise(record: _logging.LogRecord) -> bool:
-    """False for the warning bitsandbytes' CPU backend logs when it cannot fetch its 4-bit matmul kernel from a hub
-    (the book runs offline and never uses 4-bit matmuls; its 8-bit optimizer runs without it), True otherwise."""
-    return not record.getMessage().startswith("Failed to load CPU gemm_4bit_forward from kernels-community")
+    """False for the message bitsandbytes' CPU backend (through the `kernels` package) logs when it cannot fetch its 4-bit
+    matmul kernel from a hub, online or offline (the book runs offline and never uses 4-bit matmuls; its 8-bit optimizer
+    runs without that kernel), True for every other record."""
+    return not record.getMessage().startswith(BITSANDBYTES_CPU_NOISE.get(record.name, "\0"))
 
 
-_logging.getLogger(BITSANDBYTES_CPU_NOISE_LOGGER).addFilter(_not_bitsandbytes_cpu_noise)
+for _name in BITSANDBYTES_CPU_NOISE:
+    _logging.getLogger(_name).addFilter(_not_bitsandbytes_cpu_noise)

@@ -889,7 +889,7 @@ def budget_figure(tuning: list[dict]):
     "One panel per experiment: each arm's expected best validation score against the number of settings tried."
     import matplotlib.pyplot as plt
     exps = list(dict.fromkeys(t["experiment"] for t in tuning))
-    fig, axes = plt.subplots(1, len(exps), figsize=(min(4.2 * len(exps), 12), 3.2), squeeze=False)
+    fig, axes = plt.subplots(1, len(exps), figsize=(min(4.2 * len(exps), 12), 3.2), squeeze=False, layout="constrained")
     for ax, exp in zip(axes[0], exps):
         arms: dict[str, list] = {}
         for t in (t for t in tuning if t["experiment"] == exp): arms.setdefault(t["arm"], []).append(t)
@@ -899,7 +899,6 @@ def budget_figure(tuning: list[dict]):
             ax.plot(np.arange(1, n + 1), curve, marker="o", ms=3, label=arm)
         ax.set(title=exp[:40], xlabel="settings tried", ylabel="expected best validation score")
         ax.legend(fontsize=7)
-    fig.tight_layout()
     return fig
 
 # The instruction set the kernels of torch (ATen, oneDNN, MKL) and numpy's OpenBLAS are pinned to in notebook runs,
@@ -1108,7 +1107,7 @@ def verdict_map(rows: list[dict] | None = None):
     from matplotlib.patches import Patch, Rectangle
     rows = scoreboard() if rows is None else rows
     ids = sorted({c["id"] for r in rows for c in r["claims"] + r["confirm"]["claims"]} | {"C1"}, key=lambda s: (len(s), s))
-    fig, ax = plt.subplots(figsize=(1.0 + 0.75 * len(ids), 0.33 * len(rows) + 1.3))
+    fig, ax = plt.subplots(figsize=(max(6.5, 2.2 + 0.75 * len(ids)), 0.33 * len(rows) + 1.6), layout="constrained")
     for y, r in enumerate(rows):
         confirmed = r["confirm"]["status"] == "confirmed"
         by_id = {c["id"]: c for c in (r["confirm"]["claims"] if confirmed else r["claims"])}
@@ -1127,8 +1126,7 @@ def verdict_map(rows: list[dict] | None = None):
     for s in ax.spines.values(): s.set_visible(False)
     handles = [Patch(facecolor=c, label=v) for v, c in VERDICT_COLOURS.items()] + \
               [Patch(facecolor="white", edgecolor="grey", hatch="///", label="flagged, or not confirmed (pale: preview only)")]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.01), ncol=3, fontsize=7, frameon=False)
-    fig.tight_layout()
+    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=7, frameon=False)
     return fig
 
 

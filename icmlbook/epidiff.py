@@ -289,7 +289,9 @@ def fit_sir_map(y_hist,                   # (P, T_h) reported counts, one row pe
         x0 = np.clip(np.column_stack([np.tile(start, (P, 1)), level]), lo, hi)
         res = scipy.optimize.minimize(objective, x0.ravel(), jac=True, method="L-BFGS-B", bounds=bounds,
                                       options=dict(maxiter=lbfgs_iters, ftol=1e-15, gtol=1e-7))
-        if res.status not in (0, 1):      # 1: the iteration budget, which the Newton polish continues from
+        # 1: the iteration budget; 2: a line search that found no decrease (near the minimum, at float precision; it
+        # depends on the CPU's kernels): the Newton polish continues from both, so only a stop it cannot mend is reported
+        if res.status not in (0, 1) and not (res.status == 2 and newton_steps > 0):
             warnings.warn(f"fit_sir_map: L-BFGS-B from start {np.exp(start).round(2)} stopped early: {res.message}")
         eta = res.x.reshape(P, 3)
         f = sir_neg_log_posterior(eta, y_hist, population, s0, level, dispersion)[0]
