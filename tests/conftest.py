@@ -43,3 +43,10 @@ def browser():
         b = p.chromium.launch(executable_path=executable, args=ARGS)
         yield b
         b.close()
+
+
+@pytest.fixture(scope="session")
+def reports(browser, server):
+    "Every page of the book, loaded once for the whole run (several tabs at a time) and read for all the page tests."
+    from test_browser import PAGES, load_all, report
+    return load_all(browser, {p: f"{server}/{p}.html" for p in PAGES}, report)

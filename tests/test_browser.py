@@ -125,12 +125,6 @@ def load_all(browser, urls: dict, read, tabs: int = 6) -> dict:
     return out
 
 
-@pytest.fixture(scope="session")
-def reports(browser, server):
-    "Every page of the book, loaded once (several at a time) and read for all the page tests."
-    return load_all(browser, {p: f"{server}/{p}.html" for p in PAGES}, report)
-
-
 @pytest.mark.parametrize("page", PAGES)
 def test_page_loads_without_errors(reports, page):
     r = reports[page]

@@ -1,9 +1,9 @@
 """The claim tables in a real browser: one row per chapter or claim, criteria with '|' kept in their cell.
 
-Uses the fixtures of tests/test_browser.py (a local server over the built book, headless Chromium).
+Uses the fixtures of tests/conftest.py (a local server over the built book, one headless Chromium, every page read once).
 """
 import pytest
-from test_browser import CHAPTER, PAGES, reports, visit  # noqa: F401  (reports is a pytest fixture)
+from test_browser import CHAPTER, PAGES, visit
 
 from icmlbook.claims import CHAPTERS, load_registry
 

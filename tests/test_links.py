@@ -30,8 +30,9 @@ def test_internal_links_and_anchors_resolve():
     require_built_book()
     pages = [HTML / f"{page}.html" for page in toc_pages()] + [HTML / "search.html", HTML / "genindex.html"]
     broken, external, parsed = [], set(), {}
+    read = lambda path: parsed[path] if path in parsed else parsed.setdefault(path, parse(path))  # each page parsed once
     for page in pages:
-        for link in parse(page).links:
+        for link in read(page).links:
             parts = urlsplit(link)
             if parts.scheme in ("http", "https"):
                 external.add(link)
@@ -45,8 +46,7 @@ def test_internal_links_and_anchors_resolve():
                 broken.append(f"{page.relative_to(HTML)} -> {link} (no such file)")
                 continue
             if parts.fragment and target.suffix == ".html":
-                ids = parsed.setdefault(target, parse(target).ids)
-                if unquote(parts.fragment) not in ids:
+                if unquote(parts.fragment) not in read(target).ids:
                     broken.append(f"{page.relative_to(HTML)} -> {link} (no such anchor)")
     print(f"\n{len(external)} external links (listed, not fetched):\n  " + "\n  ".join(sorted(external)))
     assert not broken, "broken internal links:\n" + "\n".join(broken)
