@@ -589,7 +589,9 @@ def tune(arm: str,  # the arm's name, as in the registry's `arms`
     return Tuning(arm, experiment, tuple(settings), tuple(scores), settings[best], scores[best], minimize,
                   None if seed is None else int(seed))
 
-def still_learning(steps, values, minimize: bool = True) -> bool:
+def still_learning(steps, values, minimize: bool = True,
+                   bound: float | None = None,  # the best score there is (1 for a success rate, 0 for an error): a curve that reached it cannot improve
+                   ) -> bool:
     "A validation curve still learning: its best value lies in the last 10% of the steps, and its last 20% improved it by > 1% of its range."
     steps, values = np.asarray(steps, float), np.asarray(values, float)
     if steps.ndim != 1 or steps.shape != values.shape or steps.size < 2:
@@ -598,6 +600,7 @@ def still_learning(steps, values, minimize: bool = True) -> bool:
     v = np.where(np.isnan(values), np.inf, values if minimize else -values)  # lower is better from here on; nan is worst
     finite = v[np.isfinite(v)]
     if finite.size < 2: return False
+    if bound is not None and finite.min() <= (bound if minimize else -bound): return False  # at the ceiling: nothing left to learn
     span, lo = steps[-1] - steps[0], steps[0]
     best = int(np.argmin(v))
     tail = steps >= lo + 0.8 * span
@@ -717,12 +720,13 @@ class ChapterRun:
               steps,  # training steps (or epochs) at which validation was measured, increasing
               values,  # the validation score at each of them
               minimize: bool = True,  # lower is better (a loss); False for an accuracy
+              bound: float | None = None,  # the best score there is (1 for a success rate): a curve at it is not still learning
               ) -> bool:
         "Record a validation curve of `arm` (its training length chosen on it); returns whether it is still learning."
         if not isinstance(arm, str) or not arm.strip(): raise ValueError(f"arm must be a non-empty string, got {arm!r}")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)): raise TypeError(f"seed must be an integer, got {seed!r}")
         steps, values = [float(x) for x in _as_values("steps", steps)], _as_values("values", values)
-        learning = still_learning(steps, values, minimize)
+        learning = still_learning(steps, values, minimize, bound)
         self.data["curves"].append({"arm": arm, "seed": int(seed), "steps": steps, "values": values,
                                     "minimize": bool(minimize), "still_learning": learning})
         self._write()

@@ -3,6 +3,9 @@
 # %% ../nbs/02_data_pricing.ipynb #9497c40c
 from __future__ import annotations
 
+import builtins
+import sys
+
 from dataclasses import dataclass, replace
 
 import networkx as nx
@@ -13,7 +16,8 @@ from scipy.optimize import linprog
 __all__ = ['UTILITIES', 'RTOL', 'Market', 'buyer_demand', 'buyer_lp_value', 'buyer_value', 'revenues', 'best_response',
            'revenue_table', 'deviation_graph', 'profile_of', 'pure_nash', 'deviation_gains', 'classify_sink',
            'best_response_dynamics', 'LeontiefEquilibrium', 'leontief_equilibrium', 'verify_leontief_equilibrium',
-           'liquid_welfare', 'buyer_surplus', 'mediated_outcome', 'linear_regime', 'undercut_price', 'regime_graph']
+           'operation_count', 'liquid_welfare', 'buyer_surplus', 'mediated_outcome', 'linear_regime', 'undercut_price',
+           'regime_graph']
 
 # %% ../nbs/02_data_pricing.ipynb #ec4082ea
 UTILITIES = ("linear", "leontief")
@@ -204,9 +208,10 @@ def deviation_graph(market: Market,  # the market
     node = np.arange(R[..., 0].size).reshape(shape)                     # node id = flat (C-order) index of the profile
     G = nx.DiGraph(grid=grid, m=m)
     G.add_nodes_from(range(node.size))
+    rows = g ** (m - 1)                                                   # profiles p_{-j} of the other sellers
     for j in range(m):
-        Rj = np.moveaxis(R[..., j], j, -1).reshape(-1, g)                # rows: p_{-j}; columns: j's price index
-        ids = np.moveaxis(node, j, -1).reshape(-1, g)                    # node ids in the same layout
+        Rj = np.moveaxis(R[..., j], j, -1).reshape(rows, g)              # rows: p_{-j}; columns: j's price index
+        ids = np.moveaxis(node, j, -1).reshape(rows, g)                  # node ids in the same layout
         best = Rj.max(1, keepdims=True)                                   # (g^(m-1), 1)
         if edges == "best":
             br = g - 1 - np.argmax((Rj >= best - atol)[:, ::-1], 1)     # highest maximiser
@@ -222,7 +227,7 @@ def profile_of(G: nx.DiGraph, nodes) -> np.ndarray:
     "Prices of deviation_graph node ids, shape (k, m)."
     grid, m = G.graph["grid"], G.graph["m"]
     idx = np.unravel_index(np.asarray(list(nodes), dtype=int), (grid.size,) * m)
-    return grid[np.stack(idx, -1)].reshape(-1, m)
+    return grid[np.stack(idx, -1)]                                     # (k, m)
 
 def pure_nash(market: Market, grid: np.ndarray, tol: float = 1e-9, graph: nx.DiGraph | None = None) -> np.ndarray:
     "Pure Nash equilibria on grid^m: the sinks of the profile graph (deviation_graph), as prices of shape (k, m), in node order."
@@ -342,6 +347,231 @@ def verify_leontief_equilibrium(market: Market,  # uncapped Leontief market, one
     spent = float((market.n * t).sum() * Q)                              # sum_i n_i p.x_i with x_i = a t_i, O(m + T)
     gain = float((best - current).max())
     return {"max_gain": gain / W, "spent_fraction": spent / W, "trading": bool(trade), "equilibrium": gain <= atol}
+
+# %% ../nbs/02_data_pricing.ipynb #dp55op02
+_numpy = np  # the real NumPy, also while a module's `np` is replaced by the counting namespace
+_SEQUENCES = (list, tuple)  # the real types, also while a module's `list` and `tuple` are counted
+_SORTING = {"sort", "argsort", "partition", "argpartition", "lexsort", "unique", "median", "percentile", "quantile",
+            "nanmedian", "nanpercentile", "nanquantile", "sort_complex", "isin", "in1d", "intersect1d", "union1d",
+            "setdiff1d", "setxor1d", "unique_values", "unique_counts", "unique_inverse", "unique_all"}
+_SEARCHING = {"searchsorted", "digitize", "interp"}  # each query costs log2 of the sorted array's length
+_FFT = {"fft", "ifft", "rfft", "irfft", "hfft", "ihfft", "fft2", "ifft2", "rfft2", "irfft2", "fftn", "ifftn", "rfftn", "irfftn"}
+_CUBIC = {"solve", "inv", "det", "slogdet", "eig", "eigh", "eigvals", "eigvalsh", "svd", "svdvals", "qr", "cholesky",
+          "lstsq", "pinv", "matrix_rank", "cond", "tensorsolve", "tensorinv"}  # r c min(r, c) per matrix
+_FREE = {"shape", "ndim", "size", "result_type", "can_cast", "min_scalar_type", "isscalar", "iscomplexobj", "isrealobj"}
+_BUILTINS = {"sum": False, "sorted": True, "min": False, "max": False, "any": False, "all": False, "list": False,
+             "tuple": False, "set": False, "frozenset": False, "dict": False}  # name -> sorts (n log n)
+
+def _nlogn(n) -> int:
+    "n log2 n, rounded up to whole steps (n for n <= 1)."
+    n = int(n); return n * max(1, (n - 1).bit_length())
+
+def _elements(x) -> int:
+    "Array elements in x (arrays, NumPy scalars, and lists, tuples or dict values of them); Python scalars count 0."
+    if isinstance(x, (_numpy.ndarray, _numpy.generic)): return int(x.size)
+    if isinstance(x, _SEQUENCES): return sum(_elements(y) for y in x)
+    if isinstance(x, dict): return sum(_elements(y) for y in x.values())
+    return 0
+
+def _einsum_work(args) -> int:
+    "Multiply-adds of an einsum: the product of the sizes of all its indices (ellipsis dimensions included)."
+    if not args or not isinstance(args[0], str): return _numpy.prod([float(_numpy.size(x)) for x in args if not isinstance(x, list)])
+    sizes = {}
+    for sub, op in zip(args[0].replace(" ", "").split("->")[0].split(","), args[1:]):
+        shape = _numpy.shape(op)
+        if "..." in sub:
+            before, after = sub.split("...")
+            ell = shape[len(before):len(shape) - len(after)]
+            sizes["..."] = max(sizes.get("...", 1), int(_numpy.prod(ell)))
+            dims = list(zip(before, shape)) + list(zip(after, shape[len(shape) - len(after):]))
+        else: dims = list(zip(sub, shape))
+        for letter, n in dims: sizes[letter] = max(sizes.get(letter, 1), int(n))
+    return int(_numpy.prod([float(n) for n in sizes.values()]))
+
+def _work(name: str, args, kwargs, out) -> int:
+    "The work of one NumPy call: elements read and written, plus the true work of superlinear operations."
+    moved = _elements(args) + _elements(kwargs) + _elements(out)
+    a0 = args[0] if args else None
+    n0 = _elements(a0)
+    shape0 = a0.shape if isinstance(a0, (_numpy.ndarray, _numpy.generic)) else ()
+    if name in _FREE: return 0                                                   # O(1) inquiries about an array
+    if name == "getitem": return _elements(args[1:]) + _elements(out)          # index arrays and the elements read
+    if name == "setitem": return _elements(args[1:]) + int(_numpy.size(args[0][args[1]]))   # index arrays, values, elements written
+    if name in _SORTING: return moved + _nlogn(n0 + (_elements(args[1]) if name in ("isin", "in1d", "intersect1d", "union1d", "setdiff1d", "setxor1d") and len(args) > 1 else 0))
+    if name in _SEARCHING: return moved + _elements(args[:1] if name == "interp" else args[1:2]) * max(1, (_elements(args[1 if name == "interp" else 0]) - 1).bit_length())
+    if name in _FFT: return moved + _nlogn(max(n0, _elements(out)))
+    if name in ("convolve", "correlate", "polymul"): return moved + n0 * int(_numpy.size(args[1]))
+    if name == "einsum": return moved + int(_einsum_work(args))
+    if name in ("matmul", "dot", "inner"): return moved + _elements(out) * (shape0[-1] if shape0 else 1)
+    if name == "vdot": return moved + n0
+    if name == "tensordot": return moved + int(round((n0 * _elements(args[1:2]) * max(_elements(out), 1)) ** 0.5))
+    if name in _CUBIC or name == "matrix_power" or (name == "norm" and len(shape0) >= 2):
+        if len(shape0) < 2: return moved
+        r, c = shape0[-2:]; work = int(_numpy.prod(shape0[:-2])) * r * c * min(r, c)
+        return moved + work * (max(1, abs(int(args[1])).bit_length()) if name == "matrix_power" else 1)
+    if name == "multi_dot": return moved + sum(int(_numpy.size(x)) * _numpy.shape(y)[-1] for x, y in zip(args[0], args[0][1:]))
+    return moved
+
+def _plain(x):
+    "x with every counted array replaced by a plain ndarray view (lists, tuples and dicts recursively)."
+    if isinstance(x, _Counted): return _numpy.ndarray.view(x, _numpy.ndarray)
+    if isinstance(x, _SEQUENCES): return type(x)(_plain(y) for y in x)
+    if isinstance(x, dict): return {k: _plain(y) for k, y in x.items()}
+    return x
+
+def _counted(x):
+    "x with every ndarray viewed as a counted array and every random Generator wrapped (lists and tuples recursively)."
+    if isinstance(x, _numpy.ndarray) and not isinstance(x, _Counted): return x.view(_Counted)
+    if type(x) is _numpy.random.Generator: return _CountedGenerator(x)
+    if type(x) in _SEQUENCES: return type(x)(_counted(y) for y in x)
+    return x
+
+class _OperationCounter:
+    "The state of one `operation_count`: work charged to NumPy calls and built-ins, Python bytecodes executed outside them."
+    def __init__(self): self.elements, self.bytecodes, self.inside = 0, 0, False
+    def call(self, f, args, kwargs, name: str = ""):
+        "Run one NumPy call on plain arrays, charge it its work (`_work`), and return its result counted."
+        outer = self.inside
+        if not outer:                                                        # consumed while traced: iterators ...
+            args = _SEQUENCES[1](_SEQUENCES[0](x) if hasattr(x, "__next__") else x for x in args)
+            args = _SEQUENCES[1](_traced(x) if callable(x) and hasattr(x, "__code__") else x for x in args)   # ... and callbacks
+        self.inside = True
+        if not outer: sys.settrace(None)                                  # NumPy's own Python code is not traced
+        try:
+            args, kwargs = _plain(args), _plain(kwargs)
+            out = f(*args, **kwargs)
+            if not outer: self.elements += _work(name or getattr(f, "__name__", ""), args, kwargs, out)   # nested calls: already charged
+            return _counted(out)
+        finally:
+            self.inside = outer
+            if not outer: sys.settrace(self.trace)
+    def trace(self, frame, event, arg):
+        frame.f_trace_opcodes = True
+        return self._opcode
+    def _opcode(self, frame, event, arg):
+        if event == "opcode" and not self.inside: self.bytecodes += 1
+        return self._opcode
+
+_COUNTER: list = []  # the active counter, if any
+
+def _charged(f, args, kwargs, name: str = ""):
+    "One NumPy call, charged to the active counter (a counted array used after its count ends is computed uncharged)."
+    return _COUNTER[-1].call(f, args, kwargs, name) if _COUNTER else f(*_plain(args), **_plain(kwargs))
+
+def _traced(g):
+    "A Python callback handed to NumPy, run traced and charged (callbacks of np.fromiter, apply_along_axis, frompyfunc)."
+    def run(*args, **kwargs):
+        if not _COUNTER: return g(*args, **kwargs)
+        counter, old = _COUNTER[-1], sys.gettrace()
+        outer, counter.inside = counter.inside, False
+        sys.settrace(counter.trace)
+        try: return g(*_counted(args), **kwargs)
+        finally: counter.inside = outer; sys.settrace(old)
+    return run
+
+class _Counted(_numpy.ndarray):
+    "An ndarray whose ufuncs (operators), methods, indexing and NumPy functions are charged to the active operation count."
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return _charged(getattr(ufunc, method), inputs, kwargs, ufunc.__name__ if method == "__call__" else method)
+    def __array_function__(self, func, types, args, kwargs):
+        return _charged(func, args, kwargs)
+    def __getitem__(self, key):                                           # reads: index arrays and the elements moved
+        return _charged(_numpy.ndarray.__getitem__, (self, key), {}, "getitem")
+    def __setitem__(self, key, value):                                    # writes: index arrays, values and the elements written
+        _charged(_setitem, (self, key, value), {}, "setitem")
+
+def _setitem(x, key, value): x[key] = value
+
+def _method(name: str):
+    "ndarray method `name`, charged by `_work` (elements in and out; sorting n log n)."
+    base = getattr(_numpy.ndarray, name)
+    def method(self, *args, **kwargs): return _charged(base, (self,) + args, kwargs, name)
+    method.__name__ = name
+    return method
+
+for _name in dir(_numpy.ndarray):                                        # every public ndarray method except view
+    if not _name.startswith("_") and _name != "view" and type(getattr(_numpy.ndarray, _name)).__name__ == "method_descriptor":
+        setattr(_Counted, _name, _method(_name))
+
+class _CountedGenerator:
+    "A random Generator whose draws are charged (the elements they return); isinstance(., np.random.Generator) holds."
+    def __init__(self, rng): object.__setattr__(self, "_rng", rng)
+    @property
+    def __class__(self): return _numpy.random.Generator
+    def __getattr__(self, name: str):
+        obj = getattr(object.__getattribute__(self, "_rng"), name)
+        return (lambda *args, **kwargs: _charged(obj, args, kwargs)) if callable(obj) else obj
+
+class _CountedUfunc:
+    "A ufunc called through the counting namespace: its calls and its reduce/accumulate/outer/at/reduceat are charged."
+    def __init__(self, ufunc): self._ufunc = ufunc
+    def __call__(self, *args, **kwargs): return _charged(self._ufunc, args, kwargs, self._ufunc.__name__)
+    def __getattr__(self, name: str):
+        obj = getattr(self._ufunc, name)
+        return (lambda *args, **kwargs: _charged(obj, args, kwargs, name)) if name in ("reduce", "accumulate", "outer", "at", "reduceat") else obj
+
+class _CountingNumpy:
+    "Stands in for the `np` of a module (or a NumPy submodule) while its operations are counted: functions and ufuncs charged."
+    def __init__(self, module=_numpy): self._module = module
+    def __getattr__(self, name: str):
+        obj = getattr(self._module, name)
+        if isinstance(obj, type(_numpy)): return _CountingNumpy(obj)                 # np.linalg, np.random, np.fft
+        if isinstance(obj, _numpy.ufunc): return _CountedUfunc(obj)
+        if obj is _numpy.vectorize: return lambda pyfunc, *args, **kwargs: obj(_traced(pyfunc), *args, **kwargs)
+        if not callable(obj) or isinstance(obj, type): return obj                   # constants, types
+        return lambda *args, **kwargs: _charged(obj, args, kwargs)
+
+class _CountedBuiltin:
+    "A Python built-in that consumes an iterable (sum, sorted, min, list, ...), charged its length (sorted: n log n)."
+    def __init__(self, f, sorts: bool): self._f, self._sorts = f, sorts
+    def __call__(self, *args, **kwargs):
+        if not _COUNTER or _COUNTER[-1].inside: return self._f(*args, **kwargs)
+        if len(args) == 1 and not isinstance(args[0], (str, bytes)) and hasattr(args[0], "__iter__"):
+            if not hasattr(args[0], "__len__"): args = (_SEQUENCES[0](args[0]),)        # a generator runs traced
+            n = _elements(args[0]) if isinstance(args[0], _numpy.ndarray) else len(args[0])
+        else: n = len(args) + len(kwargs)
+        _COUNTER[-1].elements += _nlogn(n) if self._sorts else n
+        return self._f(*args, **kwargs)
+    def __instancecheck__(self, x): return isinstance(x, self._f)
+    def __subclasscheck__(self, c): return issubclass(c, self._f)
+    def __getattr__(self, name: str): return getattr(self._f, name)
+
+def operation_count(f,  # the computation, called as f(*args, **kwargs)
+                    *args, **kwargs) -> tuple[int, int]:  # (work of its NumPy calls and built-ins, its Python bytecodes)
+    "Count the operations of f (the measure of Theorem data_pricing-thm-leontief, part 3, in experiment (d)): each NumPy call costs the array elements it reads and writes plus its superlinear work (`_work`), each built-in the length it consumes, each Python bytecode outside NumPy 1."
+    if not callable(f): raise TypeError(f"f must be callable, got {type(f).__name__}")
+    own = getattr(f, "__globals__", {})
+    aliases = [k for k, x in own.items() if x is _numpy and k != "np" and not (own is globals() and k == "_numpy")]
+    if aliases: raise ValueError(f"f: its module holds NumPy under the name(s) {aliases}; only `np` can be counted")
+    counter = _OperationCounter()
+    spaces = [g for g in {id(g): g for g in (own, globals())}.values() if g.get("np") is _numpy]
+    swapped = []                                                           # (namespace, key, original, replacement)
+    def swap(g, k, new):
+        swapped.append((g, k, g.get(k, swapped), new)); g[k] = new
+    for g in spaces:
+        swap(g, "np", _CountingNumpy())
+        for name, sorts in _BUILTINS.items():
+            if name not in g: swap(g, name, _CountedBuiltin(getattr(builtins, name), sorts))
+        for k, x in list(g.items()):                                       # arrays and generators the count reaches by name
+            if type(x) is _numpy.ndarray or type(x) is _numpy.random.Generator: swap(g, k, _counted(x))
+    cells = [(c, c.cell_contents) for c in (getattr(f, "__closure__", None) or ()) if type(getattr(c, "cell_contents", None)) in (_numpy.ndarray, _numpy.random.Generator)]
+    for c, x in cells: c.cell_contents = _counted(x)
+    args, kwargs = _counted(tuple(args)), {k: _counted(x) for k, x in kwargs.items()}
+    old_trace = sys.gettrace()
+    _COUNTER.append(counter)
+    sys.settrace(counter.trace)
+    try: f(*args, **kwargs)
+    finally:
+        sys.settrace(old_trace)
+        _COUNTER.pop()
+        for c, x in cells: c.cell_contents = x
+        for g, k, old, new in reversed(swapped):
+            if g.get(k) is new:
+                if old is swapped: del g[k]
+                else: g[k] = old
+    if counter.elements == 0 and counter.bytecodes == 0:
+        raise ValueError("f: nothing was charged (a built-in or C function cannot be counted; wrap it in a Python function)")
+    return counter.elements, counter.bytecodes
 
 # %% ../nbs/02_data_pricing.ipynb #3b3d4854
 def liquid_welfare(market: Market, p: np.ndarray) -> float:

@@ -19,10 +19,23 @@ registered as `icmlbook.<slug>`, so a test cell that imports from the module get
 cosmic-ray. The cells run as in `nbdev_test`: working folder nbs/, IPython-style `__future__` flags carried
 from cell to cell, the claims ledger in a temporary folder, one thread per worker.
 
+Coverage first, as mutmut does: one traced, unmutated run records which lines of the module each test cell
+runs, and which lines the experiment cells run at the default scale (the claim check: the lines that compute a
+registered quantity; reused from the last result while the module and the experiment cells are unchanged, and
+skipped by --no-experiment). A mutant then runs only the cells that reach its line, the later cells that read a
+name those assigned, and the earlier cells they need (a module-level line runs every cell). Each such selection
+must pass unmutated before a failure under it counts, and a mutant that survives its selection is judged again
+with every cell, so the selection saves time without changing a verdict. A mutant on a line no test cell runs
+survives without a run (the first ten are run anyway, with every cell, to check the map; if one of them is
+killed, all such survivors are judged again). Mutants on claim lines are tried first. The result reports the
+claim-line mutants (candidates, tried, detected), the lines the tests run, the score's 95% Wilson interval, and
+the functions defined in experiment cells (never mutated: they belong in the module).
+
 The parent process imports what the cells import once, then forks one process per mutant (--workers at a
-time). The candidates are shuffled by a fixed seed and tried in that order until --max-mutants or the time
-budget (default 840 s: one chapter in at most 15 minutes on a 2-core machine) runs out, so the mutants tried
-are always a seeded, uniform sample, and the same prefix of one permutation on every run of the same code.
+time). The candidates are shuffled by a fixed seed and tried in that order (claim lines first) until --max-mutants
+or the time budget (default 840 s: one chapter in at most 15 minutes on a 2-core machine; the last 15% is kept
+for judging survivors again) runs out, so the mutants tried are a seeded, uniform sample of each group, and the
+same prefix of one permutation on every run of the same code.
 
 After tests are added, `--retest` judges the same sample again without a whole new run: every survivor, every
 timed-out mutant (on a loaded machine a survivor can time out), and a seeded spot check of the killed mutants
@@ -135,6 +148,34 @@ def test_plan(nb: dict, flags: set[str] = frozenset()) -> list[Step]:
     raise ValueError("the notebook has no '## Experiment' heading: cannot tell its tests from its experiments")
 
 
+def experiment_plan(nb: dict, flags: set[str] = frozenset()) -> list[Step]:
+    "The code cells from the notebook's Experiment heading on (skipped as in test_plan): they compute the claims."
+    steps, on = [], False
+    for i, cell in enumerate(nb["cells"]):
+        src = "".join(cell["source"])
+        if cell["cell_type"] == "markdown" and EXPERIMENT.search(src):
+            on = True
+        if not on or cell["cell_type"] != "code":
+            continue
+        d = directives(src)
+        if d.get("eval", "").lower() == "false" or flags & set(d):
+            continue
+        steps.append(Step("experiment", f"experiment cell {i}", src, cell.get("id")))
+    return steps
+
+
+def experiment_defs(steps: list[Step]) -> list[str]:
+    "Functions and classes defined in experiment cells: code no mutant reaches (export it, with its tests)."
+    out = []
+    for s in steps:
+        try:
+            tree = ast.parse(s.source)
+        except SyntaxError:
+            continue
+        out += [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    return out
+
+
 def tests_hash(steps: list[Step]) -> str:
     "sha256 of the test cells' code (export cells excluded: the module's hash covers them)."
     text = "\n# ---\n".join(s.source for s in steps if s.kind == "cell")
@@ -177,15 +218,137 @@ def program(steps: list[Step], module_source: str, module_file: str) -> list[Pie
 
 
 # ----------------------------------------------------------------------------------------------------------
+# Coverage: which test cells run a line, and which of the other cells a run of them needs
+
+def executable_lines(source: str) -> set[int]:
+    "Every line of `source` that holds code (the line table of each of its code objects)."
+    lines, stack = set(), [compile(source, "<module>", "exec", dont_inherit=True)]
+    while stack:
+        code = stack.pop()
+        lines |= {ln for _, _, ln in code.co_lines() if ln}
+        stack += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return lines
+
+
+@dataclass
+class CellNames:
+    binds: set[str]  # every name the cell binds (assignments, imports, defs): what later cells may need from it
+    state: set[str]  # the names it assigns data to: what can carry a mutant's effect to a later cell
+    loads: set[str]  # the names it reads and does not bind itself
+    opaque: bool = False  # not parsable as Python: treated as needing, and affecting, everything
+
+
+def cell_names(source: str) -> CellNames:
+    "The names a test cell binds, assigns and reads (over-approximated: function bodies count too)."
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return CellNames(set(), set(), set(), opaque=True)
+    binds, state, loads = set(), set(), set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            if isinstance(node.ctx, ast.Load):
+                loads.add(node.id)
+            else:
+                binds.add(node.id)
+                state.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            binds.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            binds |= {(a.asname or a.name).split(".")[0] for a in node.names if a.name != "*"}
+            if any(a.name == "*" for a in node.names):
+                return CellNames(set(), set(), set(), opaque=True)
+        elif isinstance(node, (ast.Global, ast.Nonlocal)):
+            binds |= set(node.names)
+            state |= set(node.names)
+    # A name the cell binds itself (a loop variable, a temporary) is taken to be the cell's own, not a value read
+    # from an earlier cell: reused temporaries would otherwise tie every cell to every other. A cell that updates a
+    # value from an earlier cell (`x = x + 1`) can then be left out of a selection: the unmutated check of the
+    # selection, and the judging of survivors with every cell, catch that.
+    return CellNames(binds, state, loads - binds)
+
+
+def select_steps(steps: list[Step], names: list[CellNames | None], covering: set[int]) -> list[int]:
+    """The steps a mutant whose line the test steps `covering` run must execute: every export step; the covering
+    cells; every later cell that reads a name an affected cell assigned (the mutant's effect reaches it that way:
+    `r = experiment(...)` in one cell, `assert r > 0` in the next); and every earlier cell that binds a name a
+    selected cell reads. An unparsable cell makes all cells selected. The selection is an optimisation only
+    (an effect passed on in place, `model.fit()` in one cell and a check of `model` in another, is not followed):
+    mutate_chapter checks that the unmutated selection passes, and judges every survivor again with all steps."""
+    if any(n is not None and n.opaque for n in names):
+        return list(range(len(steps)))
+    affected, tainted = set(), set()
+    for i in range(min(covering), len(steps)) if covering else ():
+        n = names[i]
+        if n is None:
+            continue
+        if i in covering or n.loads & tainted:
+            affected.add(i)
+            tainted |= n.state
+    needed, stack = set(affected), list(affected)
+    while stack:
+        j = stack.pop()
+        for k in range(j):
+            if names[k] is not None and k not in needed and names[k].binds & names[j].loads:
+                needed.add(k)
+                stack.append(k)
+    return sorted(needed | {i for i, s in enumerate(steps) if s.kind == "export"})
+
+
+@dataclass
+class Coverage:
+    "The lines of the module each step runs, unmutated; and the lines the experiment (the claims) runs."
+    steps: dict[int, set[int]]  # step index -> module lines it ran
+    claim_lines: set[int]  # module lines the experiment cells ran (they compute the registered quantities)
+    experiment_seconds: float | None = None
+
+    def plan(self, steps: list[Step], names: list[CellNames | None], line: int) -> list[int] | None:
+        """Step indices to run for a mutant on `line`: [] when no test cell runs it, None (all steps) when it runs
+        at import (a module-level line: every cell depends on it), else select_steps' choice."""
+        if any(line in self.steps.get(i, ()) for i, s in enumerate(steps) if s.kind == "export"):
+            return None
+        covering = {i for i, s in enumerate(steps) if s.kind == "cell" and line in self.steps.get(i, ())}
+        return select_steps(steps, names, covering) if covering else []
+
+    def test_lines(self) -> set[int]:
+        return set().union(*self.steps.values()) if self.steps else set()
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float] | None:
+    "Wilson's 95% interval for a proportion k/n (None when n = 0)."
+    if n <= 0:
+        return None
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * (p * (1 - p) / n + z * z / (4 * n * n)) ** 0.5 / (1 + z * z / n)
+    return round(max(0.0, centre - half), 4), round(min(1.0, centre + half), 4)
+
+
+# ----------------------------------------------------------------------------------------------------------
 # Running the cells against one module source, in a forked process
 
 class CosmicRayTestingException(Exception):
     "The exception cosmic-ray's ExceptionReplacer writes into `except` clauses: raised by nothing."
 
 
-def run_program(pieces: list[Piece], module_name: str) -> dict:
-    "Execute the pieces in one fresh namespace registered as `module_name`; the first failure kills the mutant."
+def line_tracer(filename: str, hit: set[int]):
+    "A sys.settrace function that adds to `hit` every line of code compiled from `filename` that runs."
+    def local(frame, event, arg):
+        if event == "line":
+            hit.add(frame.f_lineno)
+        return local
+
+    def calls(frame, event, arg):
+        return local if frame.f_code.co_filename == filename else None
+    return calls
+
+
+def run_program(pieces: list[Piece], module_name: str, trace: str | None = None) -> dict:
+    """Execute the pieces in one fresh namespace registered as `module_name`; the first failure kills the mutant.
+    With `trace` (the module's filename), also record which of the module's lines each piece ran: "lines",
+    {piece label: sorted line numbers} (threads included; child processes not)."""
     import importlib
+    import threading
     mod = types.ModuleType(module_name)
     sys.modules[module_name] = mod
     package, _, leaf = module_name.rpartition(".")
@@ -193,16 +356,25 @@ def run_program(pieces: list[Piece], module_name: str) -> dict:
         setattr(importlib.import_module(package), leaf, mod)
     ns = mod.__dict__
     ns["CosmicRayTestingException"] = CosmicRayTestingException
-    flags = 0
+    flags, lines = 0, {}
     for p in pieces:
+        if trace:
+            tracer = line_tracer(trace, lines.setdefault(p.label, set()))
+            threading.settrace(tracer)
+            sys.settrace(tracer)
         try:
             code = compile(p.code, p.filename, "exec", flags=flags, dont_inherit=True)
             flags |= code.co_flags & FUTURE_MASK  # a __future__ import holds for later cells, as in IPython
             exec(code, ns)
         except BaseException as e:  # noqa: BLE001 (SystemExit too: any cell that does not finish kills)
             msg = str(e).strip().splitlines()
-            return {"passed": False, "step": p.label, "error": f"{type(e).__name__}: {msg[0] if msg else ''}"[:200]}
-    return {"passed": True}
+            return {"passed": False, "step": p.label, "error": f"{type(e).__name__}: {msg[0] if msg else ''}"[:200],
+                    **({"lines": {k: sorted(v) for k, v in lines.items()}} if trace else {})}
+        finally:
+            if trace:
+                sys.settrace(None)
+                threading.settrace(None)
+    return {"passed": True, **({"lines": {k: sorted(v) for k, v in lines.items()}} if trace else {})}
 
 
 def warm_imports(pieces: list[Piece], skip: str) -> None:
@@ -229,6 +401,7 @@ class Job:
     key: str
     pieces: list[Piece]
     outcome: dict = field(default_factory=dict)
+    trace: str | None = None  # the module's filename: record the lines each piece runs (unmutated runs only)
 
 
 def run_jobs(jobs, module_name: str, workers: int, timeout: float, deadline: float, expected: float,
@@ -253,7 +426,7 @@ def run_jobs(jobs, module_name: str, workers: int, timeout: float, deadline: flo
                     fd = os.open(os.devnull, os.O_WRONLY)
                     os.dup2(fd, 1), os.dup2(fd, 2)
                     os.chdir(cwd)
-                    out.write_text(json.dumps(run_program(job.pieces, module_name)))
+                    out.write_text(json.dumps(run_program(job.pieces, module_name, job.trace)))
                 finally:
                     os._exit(0)
             running[pid] = (job, time.monotonic(), out)
@@ -277,7 +450,8 @@ def run_jobs(jobs, module_name: str, workers: int, timeout: float, deadline: flo
             elif out.exists():
                 r = json.loads(out.read_text())
                 job.outcome = {"outcome": "survived" if r["passed"] else "killed", "seconds": seconds,
-                               **({} if r["passed"] else {"step": r["step"], "error": r["error"]})}
+                               **({} if r["passed"] else {"step": r["step"], "error": r["error"]}),
+                               **({"lines": r["lines"]} if "lines" in r else {})}
             else:
                 job.outcome = {"outcome": "killed", "seconds": seconds, "step": "process",
                                "error": f"the process died (status {status})"}
@@ -480,11 +654,66 @@ def _prepare(notebook: Path, module: Path, module_name: str, root: Path, cwd: Pa
     return source, steps, module_file, cwd, t0, timeout
 
 
+UNCOVERED_CHECK = 10  # mutants on lines no test cell runs, judged anyway with every cell to check the coverage map
+
+
+def _coverage(steps: list[Step], exp_steps: list[Step], source: str, module_file: str, module_name: str,
+              cwd: Path, deadline: float, previous: dict | None, echo, experiment: bool = True
+              ) -> tuple[Coverage, dict]:
+    """One traced, unmutated run of the test cells and then the experiment cells (the claim check at the default
+    scale): the module lines each test step runs, and the lines the experiment runs (the claim lines). The claim
+    lines of an earlier result are reused when neither the module nor the experiment cells changed."""
+    exp_hash = hashlib.sha256("\n# ---\n".join(x.source for x in exp_steps).encode()).hexdigest()
+    code_hash = hashlib.sha256(source.encode()).hexdigest()
+    reuse = bool(previous) and previous.get("code_hash") == code_hash and \
+        previous.get("experiment_hash") == exp_hash and "claim_lines" in previous
+    pieces = program(steps, source, module_file)
+    exp = [] if reuse or not experiment else [Piece(x.label, f"<{x.label}>", x.source) for x in exp_steps]
+    t = time.monotonic()
+    [job] = run_jobs([Job("coverage", pieces + exp, trace=module_file)], module_name, 1,
+                     max(1.0, deadline - t), deadline, 0.0, cwd)
+    lines = job.outcome.get("lines")
+    if lines is None:  # timed out: no record of the lines; the test cells alone, then
+        [job] = run_jobs([Job("coverage", pieces, trace=module_file)], module_name, 1,
+                         max(1.0, deadline - time.monotonic()), deadline, 0.0, cwd)
+        lines, exp = job.outcome.get("lines"), []
+    if lines is None:
+        raise RuntimeError(f"the traced run of the test cells did not finish: {job.outcome}")
+    index = {(x.label if x.kind == "cell" else f"{x.label} (export)"): i for i, x in enumerate(steps)}
+    failed = job.outcome.get("step", "")
+    if failed in index:
+        raise RuntimeError(f"the test cells fail when traced ({failed}: {job.outcome.get('error')})")
+    info = {"experiment_hash": exp_hash}
+    if reuse:
+        claim = set(previous["claim_lines"])
+        info.update(experiment_seconds=previous.get("experiment_seconds"), experiment_error=previous.get(
+            "experiment_error"), claim_lines_from=previous.get("claim_lines_from") or previous["date"][:10])
+    else:
+        claim = set().union(*(set(v) for k, v in lines.items() if k.startswith("experiment cell")))
+        info.update(experiment_seconds=round(time.monotonic() - t, 2) if exp else None,
+                    experiment_error=(f"{failed}: {job.outcome.get('error')}" if failed else None) if exp else
+                    "the experiment ran past the budget: no claim lines" if experiment and exp_steps else
+                    "the experiment was not traced: no claim lines")
+        if exp:
+            echo(f"  traced the test cells and the experiment in {time.monotonic() - t:.0f} s: "
+                 f"{len(claim)} module lines compute the claims")
+    cov = Coverage({index[k]: set(v) for k, v in lines.items() if k in index}, claim, info.get("experiment_seconds"))
+    return cov, info
+
+
 def mutate_chapter(notebook: Path, module: Path, module_name: str, out: Path, *, root: Path = ROOT,
                    seed: int = 0, budget: float = DEFAULT_BUDGET, workers: int = 2, timeout: float | None = None,
                    max_mutants: int | None = None, mutants: list[Mutant] | None = None, cwd: Path | None = None,
-                   echo=print) -> dict:
+                   experiment: bool = True, echo=print) -> dict:
     """Run the mutants of `module` against `notebook`'s test cells and write the result to `out`.
+
+    Coverage first, as mutmut does: one traced unmutated run records the module lines each test cell runs and
+    the lines the experiment runs (the claim lines; `experiment=False` skips it). Mutants on claim lines are
+    tried first (each group in the seeded shuffle's order). A mutant runs only the cells `Coverage.plan` selects
+    for its line, after that selection passed unmutated; a mutant on a line no test cell runs survives without a
+    run (the first UNCOVERED_CHECK of them run anyway with every cell: if one is killed, the coverage map missed
+    something and all of them are judged again). Every survivor of a selection is judged again with every cell
+    before it counts, so a selection can only save time, never turn a kill into a survivor.
     `mutants` (with `source` set) replaces cosmic-ray's enumeration and the seeded shuffle: for tests."""
     t_start = time.monotonic()
     deadline = t_start + budget
@@ -494,17 +723,48 @@ def mutate_chapter(notebook: Path, module: Path, module_name: str, out: Path, *,
                         min(timeout, 1.5 * t0), cwd)
     if review:
         echo(f"  review mutants: {sum(r['outcome'] != 'survived' for r in review)} of {len(review)} detected")
+    nb = json.loads(notebook.read_text(encoding="utf-8"))
+    exp_steps = experiment_plan(nb, test_flags(root))
+    previous = json.loads(out.read_text(encoding="utf-8")) if out.exists() else None
+    cov, cov_info = _coverage(steps, exp_steps, source, module_file, module_name, cwd, deadline, previous, echo,
+                              experiment)
+    names = [cell_names(x.source) if x.kind == "cell" else None for x in steps]
+    executable = executable_lines(source)
 
     skipped = 0
     if mutants is None:
         mutants, skipped = enumerate_mutants(source)
         random.Random(seed).shuffle(mutants)
-        candidates = len(mutants)
-    else:
-        candidates = len(mutants)
+    for m in mutants:
+        if not m.line and m.source is not None:  # a hand-made mutant: its line from the diff
+            m.line = line_diff(source, m.source)[0]
+    mutants.sort(key=lambda m: m.line not in cov.claim_lines)  # stable: the claim lines first, each in seeded order
+    candidates = len(mutants)
+    plans = {m.line: cov.plan(steps, names, m.line) for m in mutants}
+
+    # Each selection must pass unmutated before a mutant's failure under it can count as a kill.
+    subsets = sorted({tuple(v) for v in plans.values() if v and len(v) < len(steps)})
+    checks = [Job(f"subset {k}", program([steps[i] for i in sub], source, module_file))
+              for k, sub in enumerate(subsets)]
+    done = {j.key: j for j in run_jobs(checks, module_name, workers, timeout, deadline, min(timeout, t0), cwd)}
+    valid = {sub for k, sub in enumerate(subsets) if done.get(f"subset {k}", Job("", [])).outcome.get("outcome")
+             == "survived"}
+    if subsets:
+        echo(f"  {len(valid)} of {len(subsets)} cell selections pass unmutated (the others run every cell)")
+
+    def plan_of(m: Mutant) -> tuple[str, list[int] | None]:
+        v = plans[m.line]
+        if v == []:
+            return "uncovered", None
+        if v is None or tuple(v) not in valid:
+            return "all", None
+        return "selected", v
+
     limit = len(mutants) if max_mutants is None else min(max_mutants, len(mutants))
-    incompetent = []
-    tried = {}
+    incompetent, tried, how = [], {}, {}
+    provisional = {}  # id -> outcome of a mutant judged without every cell (to be judged again if it survived)
+    counts = {"killed": 0, "survived": 0, "timeout": 0}
+    checked = []
 
     def jobs():
         n = 0
@@ -524,23 +784,45 @@ def mutate_chapter(notebook: Path, module: Path, module_name: str, out: Path, *,
                 continue
             n += 1
             tried[m.id] = m
-            yield Job(m.id, program(steps, m.source, module_file))
-
-    counts = {"killed": 0, "survived": 0, "timeout": 0}
+            kind, sel = plan_of(m)
+            if kind == "uncovered" and len(checked) >= UNCOVERED_CHECK:
+                how[m.id] = "uncovered"
+                provisional[m.id] = {"outcome": "survived", "seconds": 0.0}
+                continue
+            if kind == "uncovered":
+                checked.append(m.id)
+            how[m.id] = kind if kind != "uncovered" else "uncovered, judged with every cell"
+            yield Job(m.id, program(steps if sel is None else [steps[i] for i in sel], m.source, module_file))
 
     def progress(job):
         counts[job.outcome["outcome"]] += 1
-        n = sum(counts.values())
-        if n % 25 == 0:
-            echo(f"  {n} mutants: {counts['killed']} killed, {counts['survived']} survived, "
+        k = sum(counts.values())
+        if k % 25 == 0:
+            echo(f"  {k} mutants run: {counts['killed']} killed, {counts['survived']} survived, "
                  f"{counts['timeout']} timed out ({(time.monotonic() - t_start) / 60:.1f} min)")
 
-    # A mutant's run is mostly shorter than the unmutated one (the first failing cell stops it).
-    finished = run_jobs(jobs(), module_name, workers, timeout, deadline, min(timeout, 1.5 * t0), cwd, progress)
+    # A mutant's run is mostly shorter than the unmutated one (the first failing cell stops it). The last 15% of
+    # the budget is kept for judging the survivors of selections again with every cell.
+    reserve = deadline - 0.15 * max(0.0, deadline - time.monotonic())
+    outcome = {j.key: j.outcome for j in run_jobs(jobs(), module_name, workers, timeout, reserve,
+                                                   min(timeout, 1.5 * t0), cwd, progress)}
+    outcome.update(provisional)
+    misses = [i for i in checked if i in outcome and outcome[i]["outcome"] != "survived"]
+    again = [i for i in outcome if outcome[i]["outcome"] == "survived" and
+             (how[i] == "selected" or (how[i] == "uncovered" and misses))]
+    rerun = {j.key: j.outcome for j in run_jobs((Job(i, program(steps, tried[i].source, module_file)) for i in again),
+                                                 module_name, workers, timeout, deadline, min(timeout, t0), cwd)}
+    dropped = [i for i in again if i not in rerun]  # the budget ran out before they were judged with every cell
     results = []
-    for job in finished:
-        results.append(_record(source, tried[job.key], job.outcome))
+    for i, o in outcome.items():
+        if i in dropped:
+            continue
+        r = _record(source, tried[i], rerun.get(i, o))
+        r["cells"] = how[i] + (", then every cell" if i in rerun else "")
+        results.append(r)
     results.sort(key=lambda r: (r["line"], r["operator"], r["id"]))
+    claim_ids = {m.id for m in mutants if m.line in cov.claim_lines}
+    test_lines = cov.test_lines() & executable
     data = {
         "chapter": module.stem, "module": module_file, "notebook": _rel(notebook, root),
         "code_hash": sha256(module), "tests_hash": tests_hash(steps),
@@ -550,9 +832,19 @@ def mutate_chapter(notebook: Path, module: Path, module_name: str, out: Path, *,
         "candidates": candidates, "skipped_in_annotations": skipped, "incompetent": len(incompetent),
         "tried": len(results), **_counts(results),
         "sampled": len(results) < candidates, "review": review,
+        "selection": "coverage",
+        "line_coverage": {"executable": len(executable), "run_by_tests": len(test_lines),
+                          "share": round(len(test_lines) / len(executable), 4) if executable else None},
+        "uncovered": {"skipped": sum(r["cells"] == "uncovered" for r in results), "checked": len(checked),
+                      "killed_when_checked": len(misses)},
+        "dropped_unconfirmed": len(dropped),
+        "claim_lines": sorted(cov.claim_lines), **cov_info,
+        "claim_mutants": {"candidates": len(claim_ids), "tried": sum(r["id"] in claim_ids for r in results),
+                          "detected": sum(r["id"] in claim_ids and r["outcome"] != "survived" for r in results)},
+        "experiment_defs": experiment_defs(exp_steps),
         "mutants": results,
     }
-    data["score"] = score(data, {})["score"]
+    data["score"], data["interval"] = (score(data, {})[k] for k in ("score", "interval"))
     write_result(out, data)
     return data
 
@@ -660,7 +952,7 @@ def score(data: dict, equiv: dict[str, str]) -> dict:
     detected = data["killed"] + data["timeouts"]
     denom = data["tried"] - len(eq)
     return {"detected": detected, "equivalent": len(eq), "open": len(survivors) - len(eq),
-            "score": round(detected / denom, 4) if denom else None}
+            "score": round(detected / denom, 4) if denom else None, "interval": wilson(detected, denom)}
 
 
 def load_results(root: Path | None = ROOT) -> list[dict]:
@@ -704,22 +996,45 @@ def _code(text: str) -> str:
     return "``" + text.replace("|", "\\|") + "``" if "`" in text else "`" + text.replace("|", "\\|") + "`"
 
 
+TARGET_TRIED = 0.25  # issue 52: at least a quarter of the candidates tried, and every mutant on a claim line
+
+
+def targets(d: dict) -> dict:
+    """Whether a result meets the sampling targets: the share of candidates tried, and every mutant on a line the
+    claim check runs (None for a run that predates the coverage-based selection)."""
+    share = d["tried"] / d["candidates"] if d["candidates"] else None
+    c = d.get("claim_mutants")
+    return {"tried_share": share, "tried_ok": share is not None and share >= TARGET_TRIED,
+            "claims_ok": None if c is None else c["tried"] == c["candidates"]}
+
+
 def summary_table(rows: list[dict]) -> str:
-    "Markdown table: each chapter's score, counts and run; stale and unrun chapters show no numbers."
-    out = ["| chapter | score | mutants tried | detected | open | equivalent | review mutants | run |",
-           "|---|---|---|---|---|---|---|---|"]
+    "Markdown table: each chapter's score (95% interval), sampling, line coverage and run; stale and unrun chapters show no numbers."
+    out = ["| chapter | score (95% CI) | mutants tried | claim-line mutants detected / tried / all | lines run by tests "
+           "| open | equivalent | review mutants | run |",
+           "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         d = r["result"]
         if r["status"] != "current":
             label = "*stale*" if r["status"] == "stale" else "*not run*"
-            out.append(f"| {_cell(r['chapter'])} | {label} |  |  |  |  |  | {r.get('date', '')} |")
+            out.append(f"| {_cell(r['chapter'])} | {label} |  |  |  |  |  |  | {r.get('date', '')} |")
             continue
         rev = d.get("review")
         rev = "—" if not rev else f"{sum(m['outcome'] != 'survived' for m in rev)} of {len(rev)} detected"
-        pct = "—" if r["score"] is None else f"**{100 * r['score']:.0f}%**"
-        sample = f" of {d['candidates']}" if d["sampled"] else ""
+        ci = r.get("interval")
+        pct = "—" if r["score"] is None else f"**{100 * r['score']:.0f}%**" + \
+            (f" ({100 * ci[0]:.0f}–{100 * ci[1]:.0f})" if ci else "")
+        t = targets(d)
+        share = f" of {d['candidates']} ({100 * t['tried_share']:.0f}%{'' if t['tried_ok'] else ', *below 25%*'})" \
+            if d["sampled"] else " (all)"
+        c = d.get("claim_mutants")
+        claim = "*not measured*" if c is None else f"{c['detected']} / {c['tried']} / {c['candidates']}" + \
+            ("" if t["claims_ok"] else " *(not all tried)*")
+        lc = d.get("line_coverage")
+        lines = "*not measured*" if not lc or lc["share"] is None else \
+            f"{100 * lc['share']:.0f}% of {lc['executable']}"
         run = f"{r['date']}, {d['wall_time'] / 60:.0f} min" + ("; *tests changed since*" if r["tests_changed"] else "")
-        out.append(f"| {_cell(r['chapter'])} | {pct} | {d['tried']}{sample} | {r['detected']} | {r['open']} | "
+        out.append(f"| {_cell(r['chapter'])} | {pct} | {d['tried']}{share} | {claim} | {lines} | {r['open']} | "
                    f"{r['equivalent']} | {rev} | {run} |")
     return "\n".join(out)
 
@@ -781,6 +1096,25 @@ def unmatched_equivalents(row: dict) -> list[str]:
     return [k for k in row["equivalents"] if k not in surv]
 
 
+def coverage_text(d: dict) -> str:
+    "A sentence on the run's coverage-based selection: claim lines, lines the tests run, unexported helpers."
+    if d.get("selection") != "coverage":
+        return (" *This run predates coverage-based selection: it did not measure which lines the tests and the "
+                "claim check run.*")
+    c, lc, u = d["claim_mutants"], d["line_coverage"], d["uncovered"]
+    out = (f" The claim check (the experiment cells at the default scale) runs {len(d['claim_lines'])} lines of the "
+           f"module; {c['candidates']} candidates sit on them, tried first: {c['tried']} tried, {c['detected']} "
+           f"detected. The test cells run {lc['run_by_tests']} of its {lc['executable']} lines; "
+           f"{u['skipped']} tried mutants sit on lines no test runs and survive without a run "
+           f"({u['checked']} of them were run anyway, {u['killed_when_checked']} killed).")
+    if d.get("experiment_error"):
+        out += f" The traced claim check stopped early ({_cell(d['experiment_error'])}), so its lines are a lower bound."
+    if d.get("experiment_defs"):
+        out += (" Defined in the experiment cells, so never mutated: "
+                + ", ".join(f"`{n}`" for n in d["experiment_defs"]) + ".")
+    return out
+
+
 def chapter_section(row: dict) -> str:
     "Markdown for one chapter: its run and its surviving mutants; a stale result says only why it is not shown."
     name, slug = f"**{row['chapter']}**", row["chapter"]
@@ -804,6 +1138,7 @@ def chapter_section(row: dict) -> str:
             + (" *The chapter's test cells changed after this run; its module did not. Run "
                f"`make mutate SLUG={slug} MUTATE_ARGS=--retest` for a score of today's tests.*"
                if row["tests_changed"] else "")
+            + coverage_text(d)
             + "\n\n" + survivors_table(row))
     text += "\n\n" + review_table(row)
     extra = unmatched_equivalents(row)
@@ -831,6 +1166,8 @@ def main(argv=None) -> int:
                     help="run only the chapter's review mutants (results/mutation/review.yml) and print; writes nothing")
     ap.add_argument("--only", default="", help="comma-separated mutant ids: run just these and print; writes nothing")
     ap.add_argument("--spot-check", type=int, default=30, help="detected mutants a --retest judges again")
+    ap.add_argument("--no-experiment", action="store_true",
+                    help="do not trace the experiment cells (no claim lines, unless the last result has them)")
     args = ap.parse_args(argv)
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ.setdefault(var, "1")  # one thread per worker, set before numpy and torch load
@@ -875,7 +1212,8 @@ def main(argv=None) -> int:
               f"mutants still killed" + (f" (now surviving: {r['spot_check_survived']})" if r["spot_check_survived"] else ""))
     else:
         d = mutate_chapter(notebook, module, f"icmlbook.{args.slug}", out, seed=args.seed, budget=args.budget,
-                           workers=args.workers, timeout=args.timeout, max_mutants=args.max_mutants)
+                           workers=args.workers, timeout=args.timeout, max_mutants=args.max_mutants,
+                           experiment=not args.no_experiment)
     eq = equivalents(ROOT / RESULTS_DIR / f"{args.slug}.equivalent.yml")
     s = score(d, eq)
     pct = "n/a" if s["score"] is None else f"{100 * s['score']:.1f}%"
