@@ -26,9 +26,10 @@ import numpy as np
 __all__ = ['CHAPTERS', 'BUDGET_SECONDS', 'VERDICTS', 'SEED_KINDS', 'SCALE_SEEDS', 'PROTOCOL', 'KERNEL_PINS', 'VERDICT_COLOURS',
            'notebook_name', 'Check', 'verdict', 'ClaimRecord', 'RegisteredClaim', 'Registry', 'registry_path',
            'load_registry', 'Tuning', 'tune', 'still_learning', 'expected_best', 'repo_root', 'ledger_dir',
-           'results_dir', 'notebook_hash', 'code_hash', 'ChapterRun', 'tuning_flags', 'assess', 'budget_figure',
-           'claim_table', 'seed_table', 'looks', 'reruns_after_look', 'confirmation', 'confirmation_text', 'scoreboard',
-           'scoreboard_table', 'verdict_map', 'run_chapter', 'merge_records', 'merge_chapter', 'main']
+           'results_dir', 'notebook_hash', 'code_hash', 'chapter_hash', 'ChapterRun', 'tuning_flags', 'assess',
+           'budget_figure', 'claim_table', 'seed_table', 'looks', 'reruns_after_look', 'confirmation',
+           'confirmation_text', 'scoreboard', 'scoreboard_table', 'verdict_map', 'run_chapter', 'merge_records',
+           'merge_chapter', 'main']
 
 # %% ../nbs/00_claims.ipynb #272e56e1
 CHAPTERS: tuple[tuple[str, str], ...] = (
@@ -661,6 +662,14 @@ def code_hash(chapter: str, nb_path: Path | None = None, registry: Path | None =
     h.update(reg.read_bytes() if reg and reg.is_file() else b"no registry")
     return h.hexdigest()
 
+def chapter_hash(chapter: str, nb_path: Path | None = None, registry: Path | None = None) -> str | None:
+    "SHA-256 over the chapter's own code: its notebook's code (the module it exports included) and its registry file."
+    if nb_path is None or not Path(nb_path).exists(): return None
+    h = hashlib.sha256(notebook_hash(nb_path).encode())
+    reg = Path(registry) if registry else registry_path(chapter)
+    h.update(reg.read_bytes() if reg and reg.is_file() else b"no registry")
+    return h.hexdigest()
+
 def _versions() -> dict[str, str]:
     from importlib.metadata import version, PackageNotFoundError
     out = {"python": platform.python_version()}
@@ -686,7 +695,8 @@ class ChapterRun:
         from icmlbook.core import scale
         self.only = _partial_seed(self.registry, scale())  # one seed job of a fanned-out run (ICMLBOOK_SEED), or None
         self.data = {"chapter": chapter, "notebook": self.notebook, "scale": scale(), "partial_seed": self.only,
-                     "code_hash": code_hash(chapter, nb_path, registry), "registry_sha256": self.registry.sha256,
+                     "code_hash": code_hash(chapter, nb_path, registry), "chapter_hash": chapter_hash(chapter, nb_path, registry),
+                     "registry_sha256": self.registry.sha256,
                      "started": _dt.datetime.now().isoformat(timespec="seconds"),
                      "versions": _versions(), "machine": _machine(), "protocol": PROTOCOL,
                      "wall_time": None, "tuning": [], "curves": [], "sanity": [], "claims": []}
@@ -992,9 +1002,20 @@ def looks(chapter: str, results: Path | None = None) -> list[dict]:
     if path is None or not path.is_file(): return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
-def reruns_after_look(looks: list[dict], code_hash: str, seeds) -> int:
-    "How many other code versions were published on the same seeds: k > 0 means a re-run after a look (k)."
-    return len({l["code_hash"] for l in looks if sorted(l["seeds"]) == sorted(seeds) and l["code_hash"] != code_hash})
+def reruns_after_look(looks: list[dict], code_hash: str, seeds,
+                      chapter_hash: str | None = None,  # the chapter's own code (notebook and registry) of this publish
+                      verdicts: dict | None = None,  # this publish's verdicts, {claim id: summary}
+                      ) -> int:
+    """How many other versions were published on the same seeds: k > 0 means a re-run after a look (k). An earlier look
+    counts when its chapter code differs, or when only the shared code (icmlbook.core, icmlbook.claims) changed and its
+    verdicts differ: re-running unchanged chapter code after a change of the shared code, with the same verdicts, is not
+    a second try. Looks without a chapter hash are compared by their whole code hash."""
+    def other(l):
+        if chapter_hash and l.get("chapter_hash"):
+            return l["chapter_hash"] != chapter_hash or (verdicts is not None and l.get("verdicts") != verdicts)
+        return l["code_hash"] != code_hash
+    return len({(l.get("chapter_hash") or l["code_hash"], json.dumps(l.get("verdicts"), sort_keys=True))
+                for l in looks if sorted(l["seeds"]) == sorted(seeds) and other(l)})
 
 def confirmation(chapter: str,  # the chapter's slug
                  nb: Path | None = None,  # its notebook, to tell whether the record's code is current
@@ -1017,10 +1038,13 @@ def confirmation(chapter: str,  # the chapter's slug
     if reg is None or not set(out["seeds"]) <= set(reg.confirm_seeds):
         return {**out, "status": "superseded"}  # the registry moved on to fresh confirm seeds
     recs = [_registered(r, reg) for r in recs]
-    k = reruns_after_look(looks(chapter, results), data.get("code_hash"), out["seeds"])
-    current = nb is None or data.get("code_hash") == code_hash(chapter, nb, reg_path)
+    k = reruns_after_look(looks(chapter, results), data.get("code_hash"), out["seeds"], data.get("chapter_hash"),
+                          {r.id: r.summary() for r in recs})
+    same = nb is None or data.get("code_hash") == code_hash(chapter, nb, reg_path)
+    # the chapter's own code unchanged, only the shared modules changed: current, and the page says what changed
+    shared = not same and data.get("chapter_hash") is not None and data["chapter_hash"] == chapter_hash(chapter, nb, reg_path)
     flag = f" re-run after a look ({k})" if k else ""
-    return {**out, "status": "confirmed", "current": current, "reruns": k,
+    return {**out, "status": "confirmed", "current": same or shared, "shared_changed": shared, "reruns": k,
             "verdicts": [f"{r.id} {r.summary()}{flag}" for r in recs]}
 
 def confirmation_text(chapter: str,  # the chapter's slug
@@ -1043,7 +1067,8 @@ def confirmation_text(chapter: str,  # the chapter's slug
     if c["status"] != "confirmed" or rec is None:
         return (f"**{claim_id}, confirmation:** *not confirmed*: no confirmation run on confirm seeds {seeds} "
                 f"(full scale) has been published yet.")
-    note = "code unchanged since" if c["current"] else "**the code changed since: stale**"
+    note = ("chapter code unchanged since; the shared modules icmlbook.core and icmlbook.claims changed"
+            if c.get("shared_changed") else "code unchanged since" if c["current"] else "**the code changed since: stale**")
     rerun = f", *re-run after a look ({c['reruns']})*" if c["reruns"] else ""
     return (f"**{claim_id}, confirmation run** of {c['date']} (confirm seeds, full scale; {note}{rerun})\n\n"
             + claim_table([rec], chapter=False) + "\n\n" + seed_table(rec))
@@ -1290,13 +1315,13 @@ def _publish(chapter: str, data: dict, echo: Callable[[str], None] = print) -> P
     dest = root / "results" / "full" / f"{chapter}.json"
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(data, indent=1, ensure_ascii=False), encoding="utf-8")
-    look = {"date": data["started"], "code_hash": data["code_hash"],
+    look = {"date": data["started"], "code_hash": data["code_hash"], "chapter_hash": data.get("chapter_hash"),
             "seeds": sorted({s for c in data["claims"] for s in c["seeds"]}),
             "verdicts": {c["id"]: ClaimRecord.from_dict(c).summary() for c in data["claims"]}}
     log = root / "results" / "looks" / f"{chapter}.jsonl"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a", encoding="utf-8") as f: f.write(json.dumps(look, ensure_ascii=False) + "\n")
-    k = reruns_after_look(looks(chapter, root / "results"), data["code_hash"], look["seeds"])
+    k = reruns_after_look(looks(chapter, root / "results"), data["code_hash"], look["seeds"], look["chapter_hash"], look["verdicts"])
     echo(f"published {dest.relative_to(root)} and a line of {log.relative_to(root)}: commit both"
          + (f"; this is a re-run after a look ({k}): the page and the scoreboard say so" if k else ""))
     return dest
