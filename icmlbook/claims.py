@@ -532,7 +532,9 @@ class Tuning:
 
     @property
     def axes(self) -> dict[str, dict]:
-        "Per knob: how many distinct values it took, whether it is ordered (numeric), and whether the choice is at an end."
+        """Per knob: how many distinct values it took, whether it is ordered (numeric), and whether the choice is at an end.
+        A choice at an end that scores exactly as well as its neighbour on that knob (the other knobs as chosen) is a tie
+        on a flat stretch, not an optimum that may lie beyond the grid: it is not at an end (`tied_at_end` says so)."""
         out = {}
         for k in dict.fromkeys(k for s in self.settings for k in s):
             vals = []
@@ -540,7 +542,14 @@ class Tuning:
                 if s.get(k) not in vals: vals.append(s.get(k))  # values may be unhashable (a list of layer sizes)
             ordered = all(_is_number(v) for v in vals)
             at_end = ordered and len(vals) > 1 and self.chosen.get(k) in (min(vals), max(vals))
-            out[k] = {"values": len(vals), "ordered": ordered, "at_end": bool(at_end)}
+            tied = False
+            if at_end:
+                ranked = sorted(vals)
+                nxt = ranked[1] if self.chosen.get(k) == ranked[0] else ranked[-2]
+                beside = {**self.chosen, k: nxt}
+                tied = any(s == beside and sc == self.score for s, sc in zip(self.settings, self.scores))
+            out[k] = {"values": len(vals), "ordered": ordered, "at_end": bool(at_end and not tied),
+                      **({"tied_at_end": True} if tied else {})}
         return out
 
     @property

@@ -61,7 +61,7 @@ def test_install_cell_never_touches_torch():
     r = subprocess.run([sys.executable, "-c", install], capture_output=True, text=True,
                        env={**os.environ, colab.DRY_ENV: "1"})
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("dry run:") and "icmlbook @ git+https://" in r.stdout
+    assert r.stdout.startswith("dry run:") and "icmlbook[colab] @ git+https://" in r.stdout
     assert "torch" not in r.stdout and "--upgrade" not in r.stdout and "-U " not in r.stdout
 
 

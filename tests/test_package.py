@@ -20,7 +20,7 @@ def settings():
 
 
 def test_requirements_are_ranges_never_exact_pins():
-    reqs = settings()["requirements"].split() + settings()["dev_requirements"].split() + settings()["peers_requirements"].split()
+    reqs = settings()["requirements"].split() + settings()["dev_requirements"].split() + settings()["peers_requirements"].split() + settings()["colab_requirements"].split()
     assert reqs
     for r in reqs:
         assert "==" not in r, f"{r}: exact pins belong in constraints.txt, not in the package's requirements"

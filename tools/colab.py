@@ -4,8 +4,9 @@
     python tools/colab.py --check  # exit 1 if colab/ is out of date with nbs/
 
 Each Colab notebook is its source notebook with
-- an install cell after the title that installs icmlbook from the repository and nothing Colab already has
-  (the package's requirements are ranges, so Colab's torch is kept); with ICMLBOOK_COLAB_DRY=1 it only
+- an install cell after the title that installs icmlbook from the repository, with its `colab` extra (what a
+  chapter needs beyond the core requirements, e.g. laplace-torch), and nothing Colab already has (the
+  package's requirements are ranges, so Colab's torch is kept); with ICMLBOOK_COLAB_DRY=1 it only
   prints the command, which is how the test suite runs it offline;
 - nbdev's `default_exp` cells dropped and every `#|` directive line removed (a `#| slow` cell keeps a plain
   comment saying it is slow);
@@ -32,7 +33,7 @@ def repo_url() -> str:
 def install_cell() -> dict:
     source = f'''# Install the book's package (on Colab). Libraries Colab already has, torch included, are kept.
 import os, subprocess, sys
-cmd = [sys.executable, "-m", "pip", "install", "-q", "icmlbook @ git+{repo_url()}"]
+cmd = [sys.executable, "-m", "pip", "install", "-q", "icmlbook[colab] @ git+{repo_url()}"]
 if os.environ.get("{DRY_ENV}") == "1":
     print("dry run:", " ".join(cmd))
 else:
