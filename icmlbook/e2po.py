@@ -17,11 +17,13 @@ from .core import check_int, check_number
 
 
 # %% auto #0
-__all__ = ['N_OBJECTS', 'N_ATTRIBUTES', 'SOS', 'EOS', 'VOCAB', 'CONTENT_IDX', 'RADII', 'sigma_grid', 'sample_ode',
-           'sde_step_with_logprob', 'dance_sde_step', 'make_prompts', 'target_modes', 'neighbour_attribute',
-           'sample_pretraining', 'success_reward', 'TextEncoder', 'VelocityField', 'flow_matching_loss',
-           'pretrain_base', 'group_advantages', 'flow_grpo_loss', 'nft_ratio', 'nft_loss', 'EmbeddingPerturbation',
-           'perturbation_loss', 'noise_gamma', 'fit_perturbations', 'GroupTrainer', 'FlowGRPOTrainer', 'E2POTrainer']
+__all__ = ['N_OBJECTS', 'N_ATTRIBUTES', 'SOS', 'EOS', 'VOCAB', 'CONTENT_IDX', 'RADII', 'RING_STEP', 'DECOY_RADII', 'sigma_grid',
+           'sample_ode', 'sde_step_with_logprob', 'dance_sde_step', 'make_prompts', 'target_modes',
+           'neighbour_attribute', 'sample_pretraining', 'success_reward', 'TextEncoder', 'VelocityField',
+           'flow_matching_loss', 'pretrain_base', 'group_advantages', 'flow_grpo_loss', 'nft_ratio', 'nft_loss',
+           'EmbeddingPerturbation', 'perturbation_loss', 'noise_gamma', 'fit_perturbations', 'zero_variance',
+           'group_means', 'GroupTrainer', 'FlowGRPOTrainer', 'E2POTrainer', 'held_out_samples', 'success_diversity',
+           'success_by_attribute', 'second_half_mean', 'zero_variance_at_level', 'success_by_condition', 'tune_score']
 
 # %% ../nbs/05_e2po.ipynb #8970ce3b
 def sigma_grid(n_steps: int,  # number of sampler steps
@@ -96,7 +98,9 @@ N_OBJECTS, N_ATTRIBUTES = 8, 4
 SOS, EOS = 0, 1  # special tokens; objects are tokens 2..9, attributes 10..13
 VOCAB = 2 + N_OBJECTS + N_ATTRIBUTES
 CONTENT_IDX = torch.tensor([1, 2])  # positions of the object and attribute tokens in [SOS, o, a, EOS]
-RADII = (1.5, 2.25, 3.0, 3.75)  # ring radius of each attribute's mode
+RADII = (1.5, 2.25, 3.0, 3.75)  # ring radius of each attribute's mode: 1.5 + 0.75 a
+RING_STEP = 0.75  # spacing of the rings
+DECOY_RADII = (0.75, 4.5)  # ring index -1 and 4: one step inside the first ring and outside the last; no prompt asks for them
 
 def make_prompts() -> dict:
     "All 32 prompts [SOS, object, attribute, EOS]: tokens (32, 4), object (32,), attribute (32,)."
@@ -106,16 +110,21 @@ def make_prompts() -> dict:
     return {"tokens": tokens, "object": o, "attribute": a}
 
 def target_modes(objects: torch.Tensor,  # (n,) ints in [0, 8)
-                 attributes: torch.Tensor,  # (n,) ints in [0, 4)
+                 attributes: torch.Tensor,  # (n,) ring indices in [-1, 4]; -1 and 4 are the decoy rings
                  ) -> torch.Tensor:
-    "The mode mu_{o,a} of each prompt: angle 2 pi o / 8, radius RADII[a]; (n, 2)."
+    "The mode mu_{o,a} of each prompt: angle 2 pi o / 8, radius 1.5 + 0.75 a (the decoys 0.75 for a = -1, 4.5 for a = 4); (n, 2)."
+    if ((attributes < -1) | (attributes > N_ATTRIBUTES)).any():
+        raise ValueError(f"attributes must be ring indices in [-1, {N_ATTRIBUTES}]")
     angle = 2 * math.pi * objects.float() / N_OBJECTS
-    radius = torch.tensor(RADII)[attributes]
+    radius = RADII[0] + RING_STEP * attributes.float()
     return radius[:, None] * torch.stack([torch.cos(angle), torch.sin(angle)], dim=1)
 
-def neighbour_attribute(attributes: torch.Tensor) -> torch.Tensor:
-    "The attribute the base confuses with a: the next one, a + 1 (the previous one for the last attribute, so that it is always one ring away)."
-    return torch.where(attributes == N_ATTRIBUTES - 1, attributes - 1, attributes + 1)
+def neighbour_attribute(objects: torch.Tensor,  # (n,) ints
+                        attributes: torch.Tensor,  # (n,) ints
+                        ) -> torch.Tensor:
+    """The ring the base confuses with prompt (o, a), prompt-dependent: the next ring outwards (a + 1) when o + a is even,
+    inwards (a - 1) when it is odd; -1 and 4 are the decoy rings. No single radial shift corrects every prompt."""
+    return attributes + 1 - 2 * ((objects + attributes) % 2)
 
 def sample_pretraining(objects: torch.Tensor,  # (n,) the prompt of each sample
                        attributes: torch.Tensor,  # (n,)
@@ -123,11 +132,11 @@ def sample_pretraining(objects: torch.Tensor,  # (n,) the prompt of each sample
                        std: float = 0.15,  # spread of each mode
                        generator: torch.Generator | None = None,
                        ) -> torch.Tensor:
-    "Misaligned pretraining data: the prompt's mode with probability target_mass, else the neighbouring attribute's mode of the same object; (n, 2)."
+    "Misaligned pretraining data: the prompt's mode with probability target_mass, else its neighbouring ring at the same angle; (n, 2)."
     if not 0 < target_mass <= 1:
         raise ValueError(f"target_mass must lie in (0, 1], got {target_mass!r}")
     n = len(objects)
-    other = neighbour_attribute(attributes)                                   # a systematic attribute-binding error
+    other = neighbour_attribute(objects, attributes)                          # a prompt-dependent attribute-binding error
     keep = torch.rand(n, generator=generator) < target_mass
     return target_modes(objects, torch.where(keep, attributes, other)) + std * torch.randn(n, 2, generator=generator)
 
@@ -318,6 +327,17 @@ def fit_perturbations(encoder: TextEncoder,  # frozen text encoder
     with torch.no_grad():
         return encoder.pool(pert(E, CONTENT_IDX, pid))
 
+def zero_variance(std: torch.Tensor,  # reward std of each group, (n_groups,)
+                  tol: float = 1e-6,  # a float std of equal rewards can be ~1e-8, not exactly 0
+                  ) -> torch.Tensor:
+    "Which groups carry no signal (Prop. e2po-prop-zero): reward std <= tol; (n_groups,) bool. C1 counts them."
+    return torch.as_tensor(std) <= check_number(tol, "tol", lo=0)
+
+def group_means(r: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    "Mean reward of each group, groups sorted by id as in `group_advantages`; (n_groups,)."
+    _, inv, counts = torch.unique(torch.as_tensor(group_ids), return_inverse=True, return_counts=True)
+    return torch.zeros(len(counts)).index_add_(0, inv, torch.as_tensor(r, dtype=torch.float32)) / counts
+
 class GroupTrainer:
     "The loop shared by the group-based trainers: draw prompts, roll out groups, score, normalise per prompt, update, log."
     def __init__(self, flow: VelocityField,  # the pretrained policy (copied, never modified)
@@ -341,18 +361,30 @@ class GroupTrainer:
     def train(self, iters: int,  # RL iterations
               evaluate: Callable[[VelocityField], float] | None = None,  # policy -> held-out score, logged every `every` iterations
               every: int = 10,
+              early_stop: bool = False,  # end with the evaluated policy of the best score (the earliest on ties)
               ) -> dict:
-        "Run `iters` iterations; history of the mean intra-group reward std, the fraction of zero-std groups, the mean reward, the evaluations."
-        hist = {"group_std": [], "zero_std_frac": [], "reward": [], "eval_iter": [], "eval": []}
+        """Run `iters` iterations; history of the mean intra-group reward std, the fractions of zero-variance groups
+        (all of them, those unanimous at reward 0 and those unanimous at a positive reward), the mean reward, the evaluations."""
+        hist = {"group_std": [], "zero_std_frac": [], "all_failure_frac": [], "all_success_frac": [], "reward": [],
+                "eval_iter": [], "eval": [], "best_iter": None}
+        best = None
+        def _eval(it):
+            nonlocal best
+            hist["eval_iter"].append(it); hist["eval"].append(evaluate(self.flow))
+            if best is None or hist["eval"][-1] > best[0]:
+                best = (hist["eval"][-1], it, copy.deepcopy(self.flow.state_dict()))
         for it in range(check_int(iters, "iters", 1)):
             if evaluate is not None and it % every == 0:
-                hist["eval_iter"].append(it); hist["eval"].append(evaluate(self.flow))
+                _eval(it)
             pids = torch.randperm(len(self.cond), generator=self.gen)[:self.prompts_per_iter]
             batch = self.rollout(pids)
             r = self.reward_fn(batch["x0"], batch["pid"])
             adv, std = group_advantages(r, batch["pid"])
             self.rollouts += len(r)
-            hist["group_std"].append(std.mean().item()); hist["zero_std_frac"].append((std == 0).float().mean().item())
+            zero, m = zero_variance(std), group_means(r, batch["pid"])
+            hist["group_std"].append(std.mean().item()); hist["zero_std_frac"].append(zero.float().mean().item())
+            hist["all_failure_frac"].append((zero & (m <= 0)).float().mean().item())     # for a 0/1 reward: every sample failed
+            hist["all_success_frac"].append((zero & (m > 0)).float().mean().item())      # every sample succeeded
             hist["reward"].append(r.mean().item())
             batch = self.prepare(batch)
             order = torch.randperm(len(r), generator=self.gen)
@@ -360,7 +392,9 @@ class GroupTrainer:
                 loss = self.loss({k: v[idx] for k, v in batch.items()}, adv[idx])
                 self.opt.zero_grad(); loss.backward(); self.opt.step()
         if evaluate is not None:
-            hist["eval_iter"].append(iters); hist["eval"].append(evaluate(self.flow))
+            _eval(iters)
+            if early_stop:
+                self.flow.load_state_dict(best[2]); hist["best_iter"] = best[1]
         self.flow.eval()
         return hist
 
@@ -405,6 +439,8 @@ class E2POTrainer(GroupTrainer):
                  beta: float = 1.0, adv_max: float = 5.0, init_scale: float = 1.0,
                  n_t: int = 8,  # forward-noising draws per sample in the loss
                  **kwargs):
+        if not (isinstance(conds, torch.Tensor) and conds.ndim == 3):
+            raise ValueError(f"conds must be a (P, K, d) tensor of every prompt's K conditions, got shape {tuple(getattr(conds, 'shape', ()))}")
         super().__init__(flow, conds[:, 0], reward_fn, G, **kwargs)
         self.conds, self.K = conds, conds.shape[1]
         noise_gamma(1.0, rho)  # checks rho
@@ -452,3 +488,57 @@ class E2POTrainer(GroupTrainer):
         v = self._v(batch["xt"], batch["t"], batch["c"])
         r = nft_ratio(adv, self.adv_max)[:, None].expand(-1, self.n_t)
         return nft_loss(v.reshape(-1, 2), batch["v_old"].reshape(-1, 2), batch["v_target"].reshape(-1, 2), r.reshape(-1), self.beta)
+
+# %% ../nbs/05_e2po.ipynb #b7e2c0a2
+@torch.no_grad()
+def held_out_samples(flow: VelocityField, cond: torch.Tensor,  # the prompts' conditions, (P, d)
+                     reward_fn: Callable, n: int,  # samples per prompt
+                     noise_seed: int, steps: int = 20) -> dict:
+    "ODE samples of every prompt under its condition from the noise of `noise_seed`: x (P n, 2), pid (P n,), ok (P n,) bool."
+    pid = torch.arange(len(cond)).repeat_interleave(check_int(n, "n", 1))
+    x1 = torch.randn(len(pid), 2, generator=torch.Generator().manual_seed(noise_seed))
+    x = sample_ode(lambda x, s: flow(x, s, cond[pid]), x1, steps)
+    return {"x": x, "pid": pid, "ok": reward_fn(x, pid).bool()}
+
+def success_diversity(s: dict) -> float:
+    "C4's quantity: mean pairwise distance among a prompt's successful samples, averaged over prompts with >= 2 successes (nan if none)."
+    d = [torch.pdist(s["x"][(s["pid"] == p) & s["ok"]]).mean().item() for p in s["pid"].unique().tolist() if ((s["pid"] == p) & s["ok"]).sum() >= 2]
+    return float(np.mean(d)) if d else float("nan")
+
+def success_by_attribute(s: dict, attributes: torch.Tensor,  # attribute of every prompt, (P,)
+                         n_attributes: int = N_ATTRIBUTES) -> list[float]:
+    "Success rate of the samples of each attribute's prompts; (n_attributes,) list."
+    att = attributes[s["pid"]]
+    return [s["ok"][att == a].float().mean().item() for a in range(n_attributes)]
+
+def second_half_mean(values) -> float:
+    "Mean of a per-iteration log over its second half (iterations len // 2 onwards)."
+    values = list(values)
+    if not values: raise ValueError("values must not be empty")
+    return float(np.mean(values[len(values) // 2:]))
+
+def zero_variance_at_level(hist: dict,  # a trainer's history (eval_iter, eval, zero_std_frac)
+                           level: float,  # the matched validation success
+                           window: int,  # training iterations averaged, those just before the evaluation
+                           ) -> float:
+    "C1's quantity: mean zero-variance fraction over the `window` iterations before the first evaluation with success >= level; nan if never reached."
+    check_int(window, "window", 1)
+    for it, v in zip(hist["eval_iter"], hist["eval"]):
+        if v >= level:
+            z = hist["zero_std_frac"]
+            return float(np.mean(z[max(it - window, 0):it] if it > 0 else z[:window]))
+    return float("nan")
+
+@torch.no_grad()
+def success_by_condition(trainer: "E2POTrainer", rounds: int = 4) -> np.ndarray:
+    "Success p_k of the trainer's rollouts under each conditioning C_k (slot 0 = C^orig, with the schedule), all prompts, `rounds` times; (K,)."
+    pids, out = torch.arange(len(trainer.conds)), []
+    for _ in range(check_int(rounds, "rounds", 1)):
+        b = trainer.rollout(pids)
+        out.append(trainer.reward_fn(b["x0"], b["pid"]).reshape(len(pids), trainer.K, trainer.G).mean((0, 2)))
+    return torch.stack(out).mean(0).numpy()
+
+def tune_score(hist: dict, tie: float = 1e-4) -> float:
+    "Tuning objective: best validation success plus `tie` x the mean of the validation curve (ties at the best broken by the area under the curve)."
+    return float(max(hist["eval"]) + check_number(tie, "tie", lo=0) * np.mean(hist["eval"]))
+
