@@ -5,23 +5,26 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # peft imports bitsandbytes, which would look its CPU kernels up on the hub: stay offline unless the user chose otherwise
 from peft import LoraConfig, get_peft_model
 from sklearn.datasets import load_digits
 from sklearn.metrics import roc_auc_score
 from torch import Tensor, nn
 from torch.func import functional_call
 from torchmetrics.functional.classification import multiclass_calibration_error
-from .core import check_int
+from .core import check_int, check_number
 
 
 # %% auto #0
 __all__ = ['digit_splits', 'shift_images', 'Backbone', 'pretrain_backbone', 'lora_backbone', 'rbf_ard', 'whitened_predictive',
            'whitened_kl', 'AmortizedSVGPHead', 'mc_softmax', 'GPanLoRA', 'MAPLoRA', 'MCDropoutLoRA', 'MeanFieldLoRA',
-           'LoRAEnsemble', 'fit', 'ece', 'nll', 'predictive_entropy', 'ood_auroc']
+           'LoRAEnsemble', 'fit_temperature', 'TemperatureScaled', 'LaplaceLoRA', 'fit', 'ece', 'nll',
+           'predictive_entropy', 'ood_auroc']
 
 # %% ../nbs/08_gpan_lora.ipynb #83eb646e
 def _check_finite(x: Tensor, name: str) -> None:
@@ -152,6 +155,22 @@ def whitened_kl(m: Tensor,  # (..., M)
                   - 2 * torch.diagonal(L, dim1=-2, dim2=-1).log().sum(-1))
 
 # %% ../nbs/08_gpan_lora.ipynb #7d0880a7
+def _feature_width(backbone: nn.Module, hidden: int) -> int:
+    "`hidden` checked against the width of the backbone's last linear layer (a clear error instead of a shape error later)."
+    check_int(hidden, "hidden", 1)
+    last = [m for m in backbone.modules() if isinstance(m, nn.Linear)]
+    width = last[-1].out_features if last else hidden
+    if width != hidden:
+        raise ValueError(f"hidden must equal the backbone's feature width {width}, got {hidden}")
+    return hidden
+
+def _check_labels(y: Tensor, num_classes: int) -> None:
+    "Labels must be an integer tensor with values in [0, num_classes)."
+    if not isinstance(y, Tensor) or y.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"y must be an integer torch.Tensor of class labels, got {getattr(y, 'dtype', type(y).__name__)}")
+    if len(y) and (y.min() < 0 or y.max() >= num_classes):
+        raise ValueError(f"y must hold labels in [0, {num_classes}), got values in [{int(y.min())}, {int(y.max())}]")
+
 class AmortizedSVGPHead(nn.Module):
     "Amortized sparse-GP classification head: z = tanh(P h); a linear inference net maps z to Z(x), m_c(x), L_c(x) for Eq. (gl-eq-pred)."
     def __init__(self, in_dim: int,  # width of the backbone features h
@@ -214,7 +233,8 @@ class GPanLoRA(nn.Module):
                  num_inducing: int = 8, feat_dim: int = 16, hidden: int = 128):
         super().__init__()
         self.body = lora_backbone(backbone, r, alpha)
-        self.head = AmortizedSVGPHead(hidden, num_classes, num_inducing, feat_dim)
+        width = _feature_width(backbone, hidden)
+        self.head = AmortizedSVGPHead(width, num_classes, num_inducing, feat_dim)
 
     def elbo(self, x: Tensor,  # (B, 8, 8)
              y: Tensor,  # (B,)
@@ -223,14 +243,18 @@ class GPanLoRA(nn.Module):
              ) -> Tensor:
         "Eq. (gl-eq-elbo) per example: batch mean of the S-sample estimate of E_q[log softmax(f)_y] minus beta * sum_c KL_c."
         if not beta >= 0: raise ValueError(f"beta must be >= 0, got {beta!r}")
+        _check_labels(y, self.head.C)
         h = self.body(x)
         mu, var = self.head.predictive(h)
         ll = mc_softmax(mu, var, samples, log=True).gather(-1, y.expand(samples, -1).unsqueeze(-1)).mean()
         return ll - beta * self.head.kl(h).mean()
 
-    def loss(self, x: Tensor, y: Tensor, frac: float, beta: float = 1.0) -> Tensor:
-        "Training loss: -ELBO with beta warmed up linearly over the first half of training (`frac` = share of training done)."
-        return -self.elbo(x, y, beta * min(1.0, 2 * frac))
+    def loss(self, x: Tensor, y: Tensor, frac: float, beta: float = 1.0,
+             warmup: float = 0.5,  # share of training over which beta rises linearly from 0 (0: no warm-up)
+             ) -> Tensor:
+        "Training loss: -ELBO with beta warmed up linearly over the first `warmup` share of training (`frac` = share of training done)."
+        check_number(warmup, "warmup", 0, 1)
+        return -self.elbo(x, y, beta * (min(1.0, frac / warmup) if warmup > 0 else 1.0))
 
     @torch.no_grad()
     def predict_proba(self, x: Tensor, samples: int = 32) -> Tensor:
@@ -247,13 +271,14 @@ class MAPLoRA(nn.Module):
         super().__init__()
         self.body = lora_backbone(backbone, r, alpha, dropout)
         self.drop = nn.Dropout(dropout)
-        self.head = nn.Linear(hidden, num_classes)
+        self.head = nn.Linear(_feature_width(backbone, hidden), num_classes)
 
     def forward(self, x: Tensor) -> Tensor:  # (B, 8, 8) -> logits (B, C)
         return self.head(self.drop(self.body(x)))
 
     def loss(self, x: Tensor, y: Tensor, frac: float) -> Tensor:
         "Cross-entropy (`frac`, the share of training done, is unused: no schedule)."
+        _check_labels(y, self.head.out_features)
         return F.cross_entropy(self(x), y)
 
     @torch.no_grad()
@@ -266,8 +291,14 @@ class MCDropoutLoRA(MAPLoRA):
     "MC-dropout LoRA: MAP-LoRA with dropout kept on at test time; S stochastic passes averaged."
     @torch.no_grad()
     def predict_proba(self, x: Tensor, samples: int = 32) -> Tensor:
+        "S passes with dropout on, softmax outputs averaged; (B, C). The model's train/eval mode is restored afterwards."
+        check_int(samples, "samples", 1)
+        was = self.training
         self.train()
-        return torch.stack([F.softmax(self(x), -1) for _ in range(samples)]).mean(0)
+        try:
+            return torch.stack([F.softmax(self(x), -1) for _ in range(samples)]).mean(0)
+        finally:
+            self.train(was)
 
 class MeanFieldLoRA(nn.Module):
     "Mean-field VI LoRA (BLoB-like): factorised Gaussian q over every trainable weight (LoRA A, B, head), prior N(0, prior_std^2)."
@@ -298,6 +329,7 @@ class MeanFieldLoRA(nn.Module):
 
     def loss(self, x: Tensor, y: Tensor, frac: float) -> Tensor:
         "Negative ELBO per example: one-sample cross-entropy + KL / n (`frac` unused)."
+        _check_labels(y, self.net.head.out_features)
         return F.cross_entropy(functional_call(self.net, self.sample(), (x,)), y) + self.kl() / len(x)
 
     @torch.no_grad()
@@ -305,20 +337,103 @@ class MeanFieldLoRA(nn.Module):
         "S weight samples' softmax outputs averaged; (B, C). (No layer of the net is stochastic, so train/eval mode does not matter.)"
         return torch.stack([F.softmax(functional_call(self.net, self.sample(), (x,)), -1) for _ in range(samples)]).mean(0)
 
-class LoRAEnsemble:
-    "A deep ensemble of trained MAP-LoRA members; predictive probabilities averaged."
+class LoRAEnsemble(nn.Module):
+    "A deep ensemble of trained MAP-LoRA members (an `nn.Module`: `.parameters()`, `.to()`, `state_dict` reach every member); predictive probabilities averaged."
     def __init__(self, members: list[MAPLoRA]):
-        if not members: raise ValueError("members must be a non-empty list of trained models")
-        self.members = list(members)
+        super().__init__()
+        if not members or not all(isinstance(m, nn.Module) for m in members):
+            raise ValueError("members must be a non-empty list of trained models")
+        self.members = nn.ModuleList(members)
+
+    @torch.no_grad()
+    def predict_proba(self, x: Tensor) -> Tensor:
+        "Mean of the members' predictive probabilities; (B, C)."
+        return torch.stack([m.predict_proba(x) for m in self.members]).mean(0)
+
+def fit_temperature(logits: Tensor,  # validation logits, (n, C)
+                    y: Tensor,  # validation labels, (n,)
+                    lo: float = 0.05, hi: float = 20.0,  # the bracket searched for T
+                    iters: int = 60,  # golden-section steps on log T
+                    ) -> float:
+    "Temperature scaling (Guo et al. 2017): the T in [lo, hi] minimising the NLL of softmax(logits / T), by golden-section search on log T."
+    _check_finite(logits, "logits"); _check_labels(y, logits.shape[-1])
+    check_number(lo, "lo", 0, lo_open=True); check_number(hi, "hi", lo, lo_open=True); check_int(iters, "iters", 1)
+    f = lambda u: float(F.cross_entropy(logits / math.exp(u), y))
+    a, b, g = math.log(lo), math.log(hi), (math.sqrt(5) - 1) / 2
+    c, d = b - g * (b - a), a + g * (b - a)
+    fc, fd = f(c), f(d)
+    for _ in range(iters):
+        if fc <= fd: b, d, fd = d, c, fc; c = b - g * (b - a); fc = f(c)
+        else: a, c, fc = c, d, fd; d = a + g * (b - a); fd = f(d)
+    return math.exp((a + b) / 2)
+
+class TemperatureScaled(nn.Module):
+    "A trained MAP-LoRA with one temperature T fitted on validation images: softmax(logits / T)."
+    def __init__(self, model: MAPLoRA, T: float = 1.0):
+        super().__init__()
+        self.model, self.T = model, check_number(T, "T", 0, lo_open=True)
+
+    @torch.no_grad()
+    def calibrate(self, x: Tensor, y: Tensor) -> "TemperatureScaled":
+        "Fit T by NLL on held-out (validation) images; returns self."
+        self.model.eval()
+        self.T = fit_temperature(self.model(x), y)
+        return self
+
+    @torch.no_grad()
+    def predict_proba(self, x: Tensor) -> Tensor:
+        "softmax(logits / T), dropout off; (B, C)."
+        self.model.eval()
+        return F.softmax(self.model(x) / self.T, -1)
+
+class LaplaceLoRA(nn.Module):
+    "Laplace-LoRA (Yang et al. 2024) through laplace-torch: a Kronecker-factored Laplace posterior over the trained LoRA weights and head of a MAP-LoRA; sampled or linearised (GLM, probit) predictive."
+    def __init__(self, model: MAPLoRA,  # trained; its LoRA A, B and head are the Laplace parameters (the frozen weights are not)
+                 x: Tensor, y: Tensor,  # the training images and labels the Hessian (GGN) is summed over
+                 prior_precision: float = 1.0,  # of the isotropic Gaussian prior; tuned on validation NLL in the experiment
+                 predictive: str = "mc",  # 'mc': softmax averaged over `samples` weight draws from the posterior; 'glm': linearised, probit
+                 samples: int = 32):
+        super().__init__()
+        if predictive not in ("mc", "glm"): raise ValueError(f"predictive must be 'mc' or 'glm', got {predictive!r}")
+        self.predictive, self.samples = predictive, check_int(samples, "samples", 1)
+        import warnings
+        _check_labels(y, model.head.out_features)
+        model.eval()
+        with warnings.catch_warnings():   # laplace-torch's backends script functions with torch.jit (deprecated in torch 2.13)
+            warnings.filterwarnings("ignore", message=".*torch.jit.script.*deprecated")
+            try:
+                from laplace import Laplace
+            except ImportError as e:
+                raise ImportError("LaplaceLoRA needs the laplace-torch package: pip install laplace-torch") from e
+            self.la = Laplace(model, "classification", subset_of_weights="all", hessian_structure="kron")
+            self.la.fit(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, y), batch_size=len(x)))
+        self.model = model
+        self.prior_precision = prior_precision
+
+    @property
+    def prior_precision(self) -> float:
+        return float(self.la.prior_precision)
+
+    @prior_precision.setter
+    def prior_precision(self, v: float) -> None:
+        self.la.prior_precision = check_number(v, "prior_precision", 0, lo_open=True)
 
     def predict_proba(self, x: Tensor) -> Tensor:
-        return torch.stack([m.predict_proba(x) for m in self.members]).mean(0)
+        "Predictive probabilities, (B, C): 'mc' averages the softmax over weight samples (torch's global RNG); 'glm' is softmax(mu / sqrt(1 + pi/8 diag(J Sigma J^T)))."
+        self.model.eval()
+        if self.predictive == "glm": return self.la(x, pred_type="glm", link_approx="probit").detach()
+        return self.la(x, pred_type="nn", link_approx="mc", n_samples=self.samples).detach()
 
 def fit(model: nn.Module,  # any arm with a `loss(x, y, frac, **loss_kw)` method
         x: Tensor, y: Tensor,  # training images (n, 8, 8) and labels (n,)
-        steps: int, lr: float, weight_decay: float = 0.0, seed: int = 0, **loss_kw) -> nn.Module:
+        steps: int, lr: float, weight_decay: float = 0.0, seed: int = 0,
+        checkpoints: tuple[int, ...] = (),  # step counts after which `on_checkpoint(step)` is called (validation curves)
+        on_checkpoint=None,  # callable(step); runs with the torch RNG saved and restored, so training is unchanged by it
+        **loss_kw) -> nn.Module:
     "Full-batch AdamW on the model's trainable parameters (LoRA, heads, variational and kernel parameters); frozen weights never move."
     check_int(steps, "steps", 1)
+    check_number(lr, "lr", 0, lo_open=True); check_number(weight_decay, "weight_decay", 0)
+    _check_labels(y, int(y.max()) + 1 if len(y) else 1)
     torch.manual_seed(seed)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=weight_decay)
     model.train()
@@ -326,6 +441,10 @@ def fit(model: nn.Module,  # any arm with a `loss(x, y, frac, **loss_kw)` method
         opt.zero_grad()
         model.loss(x, y, t / steps, **loss_kw).backward()
         opt.step()
+        if on_checkpoint is not None and t + 1 in checkpoints:
+            state = torch.get_rng_state()
+            on_checkpoint(t + 1)
+            torch.set_rng_state(state); model.train()
     return model
 
 def ece(probs: Tensor,  # (n, C)
