@@ -6,17 +6,21 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from matplotlib.colors import hsv_to_rgb
+from matplotlib.colors import hsv_to_rgb, rgb_to_hsv
 from scipy import ndimage
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.optimize import linear_sum_assignment
+from scipy.signal import stft
 from trackeval.metrics import CLEAR, HOTA, Identity
 
+from .core import check_int, check_number
+
 # %% auto #0
-__all__ = ['ATTRIBUTES', 'PALETTE', 'METRICS', 'make_av_scene', 'Detection', 'hue_sat_val', 'segment_persons', 'mask_iou',
-           'frame_envelope', 'vad_segments', 'speaker_embedding', 'compress_chunks', 'match_iou', 'speaking_score',
-           'trackeval_data', 'evaluate_tracks', 'overlay_tracks', 'Observation', 'observe', 'FrameCooccurrence',
-           'track_persons', 'key_frame', 'AVTrackerLite', 'AllPersons']
+__all__ = ['ATTRIBUTES', 'PALETTE', 'METRICS', 'FILLS', 'make_av_scene', 'Detection', 'hue_sat_val', 'segment_persons',
+           'mask_iou', 'frame_envelope', 'vad_segments', 'speaker_embedding', 'compress_chunks', 'match_iou',
+           'speaking_score', 'trackeval_data', 'evaluate_tracks', 'overlay_tracks', 'Observation', 'observe',
+           'voice_active', 'frame_links', 'followed_mouth', 'FrameCooccurrence', 'track_persons', 'key_frame',
+           'AVTrackerLite', 'AllPersons', 'chunk_speakers', 'perturb_masks']
 
 # %% ../nbs/14_avtrack.ipynb #ccf39c54
 ATTRIBUTES = ("camera", "occlusion", "position", "scale", "overlap", "distractor", "lookalike", "cut")
@@ -97,6 +101,7 @@ def make_av_scene(attributes: tuple = (),  # names from ATTRIBUTES; () is a clea
         raise ValueError(f"n_persons must be 2, 3 or 4, got {n_persons!r}")
     if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 48: raise ValueError(f"size must be an int >= 48, got {size!r}")
     if isinstance(n_frames, bool) or not isinstance(n_frames, (int, np.integer)) or n_frames < 8: raise ValueError(f"n_frames must be >= 8, got {n_frames!r}")
+    seed = check_int(seed, "seed", 0)
     attrs, T, M = set(attributes), int(n_frames), size // 4
     stream = lambda k: np.random.default_rng([int(seed), k])  # one stream per part: an attribute changes nothing else
     W = size + 2 * M                                       # the world canvas; the camera sees a size x size window of it
@@ -189,13 +194,9 @@ class Detection:
 
 def hue_sat_val(frames: np.ndarray,  # (..., 3) RGB in [0, 1]
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    "HSV hue (in [0, 1)), saturation and value of RGB pixels, each of shape frames.shape[:-1]."
-    mx, mn = frames.max(-1), frames.min(-1)
-    c = mx - mn
-    r, g, b = frames[..., 0], frames[..., 1], frames[..., 2]
-    cs = np.where(c > 0, c, 1)
-    h = np.where(mx == r, (g - b) / cs % 6, np.where(mx == g, (b - r) / cs + 2, (r - g) / cs + 4)) / 6
-    return h, c / np.where(mx > 0, mx, 1), mx
+    "HSV hue (in [0, 1)), saturation and value of RGB pixels (matplotlib's rgb_to_hsv), each of shape frames.shape[:-1]."
+    hsv = rgb_to_hsv(np.asarray(frames))
+    return hsv[..., 0], hsv[..., 1], hsv[..., 2]
 
 _IN_FRAME = np.zeros((3, 3, 3), bool)
 _IN_FRAME[1] = ndimage.generate_binary_structure(2, 1)    # 4-connectivity within a frame, none across frames
@@ -245,6 +246,8 @@ def frame_envelope(audio: np.ndarray,  # (n_samples,)
     T = int(round(len(audio) / hop)) if n_frames is None else n_frames
     edges = np.round(np.arange(T + 1) * hop).astype(int)
     x = np.asarray(audio, np.float64)
+    if x.ndim != 1 or len(x) < edges[-1]:
+        raise ValueError(f"audio must be one channel of at least {edges[-1]} samples ({T} frames at sr / fps = {hop:g}), got shape {x.shape}")
     return np.array([np.sqrt(np.mean(x[a:b] ** 2)) if b > a else 0.0 for a, b in zip(edges[:-1], edges[1:])])
 
 def vad_segments(envelope: np.ndarray,  # (T,) frame envelope
@@ -262,8 +265,9 @@ def speaker_embedding(segment: np.ndarray,  # (n,) audio samples
     "Voice embedding v: mean log-magnitude spectrum minus its smooth envelope (the harmonic comb of the pitch), unit length; shape (n_fft // 2 + 1,)."
     x = np.asarray(segment, np.float64)
     x = np.pad(x, (0, max(0, n_fft - len(x))))
-    win = np.lib.stride_tricks.sliding_window_view(x, n_fft)[:: n_fft // 2] * np.hanning(n_fft)   # (n_windows, n_fft)
-    e = np.log(np.abs(np.fft.rfft(win, axis=1)).mean(0) + 1e-3)                                      # mean log-magnitude spectrum
+    win = np.hanning(n_fft)
+    _, _, Z = stft(x, window=win, nperseg=n_fft, noverlap=n_fft // 2, detrend=False, boundary=None, padded=False)  # (n_fft // 2 + 1, n_windows)
+    e = np.log(np.abs(Z).mean(1) * win.sum() + 1e-3)                        # mean log-magnitude spectrum (scipy scales by 1 / sum(win))
     e = e - ndimage.uniform_filter1d(e, smooth, mode="nearest")                                      # remove the envelope
     e = e - e.mean()
     return e / (np.linalg.norm(e) + 1e-12)
@@ -393,30 +397,79 @@ def _to_tracks(assign: dict, shape: tuple) -> dict[int, np.ndarray]:
         for t, mask in fr.items(): out[k][t] = mask
     return out
 
-def _check_knobs(**knobs):
-    "Raise ValueError naming the first knob that is not a number >= 0 (an int where the flag says so); knobs: name=(value, integer)."
-    for name, (v, integer) in knobs.items():
-        kinds = (int, np.integer) if integer else (int, float, np.integer, np.floating)
-        if isinstance(v, bool) or not isinstance(v, kinds) or not v >= 0:
-            raise ValueError(f"{name} must be {'an int' if integer else 'a number'} >= 0, got {v!r}")
+FILLS = ("hangover", "gap-fill")
+
+def voice_active(envelope: np.ndarray,  # (T,) frame envelope e(t)
+                 thr: float = 0.05,  # voice activity: envelope above thr
+                 hangover: int = 0,  # h: the longest pause that is filled
+                 fill: str = "hangover",  # 'hangover': hold activity h frames after it ends; 'gap-fill': fill only pauses of <= h frames between active frames
+                 ) -> np.ndarray:
+    "Voice activity e(t) > thr with short pauses filled: 'hangover' makes frame t active if e(u) > thr for some u in [t - h, t]; 'gap-fill' (a morphological closing) fills a pause only if it lasts at most h frames and voice follows it; shape (T,) bool."
+    h, thr = check_int(hangover, "hangover", 0), check_number(thr, "thr", 0)
+    if fill not in FILLS: raise ValueError(f"fill must be one of {FILLS}, got {fill!r}")
+    on = np.asarray(envelope) > thr
+    out = on.copy()
+    if fill == "hangover":
+        for k in range(1, h + 1): out[k:] |= on[:-k]
+    else:
+        act = np.flatnonzero(on)
+        for a, b in zip(act[:-1], act[1:]):
+            if b - a - 1 <= h: out[a + 1:b] = True                                     # a pause of b - a - 1 frames between two voiced frames
+    return out
+
+def frame_links(dets: list[list[Detection]],  # detections per frame
+                thr: float = 0.3,  # keep matched pairs with IoU > thr
+                ) -> list[dict[int, int]]:
+    "Per-frame instance following: for each t, {i: j} linking detection i of frame t to detection j of frame t + 1 (maximum-IoU matching); length T - 1."
+    return [dict(match_iou(mask_iou(np.stack([d.mask for d in a]), np.stack([d.mask for d in b])), thr)) if a and b else {}
+            for a, b in zip(dets[:-1], dets[1:])]
+
+def followed_mouth(dets: list[list[Detection]],  # detections per frame
+                   links: list[dict[int, int]],  # frame_links(dets)
+                   t: int, i: int,  # detection i of frame t
+                   lo: int, hi: int,  # the window [lo, hi) around t
+                   ) -> np.ndarray:
+    "The mouth opening of detection i of frame t in every frame of [lo, hi), following it frame by frame through the links (0 where it is lost); shape (hi - lo,)."
+    out = np.zeros(hi - lo)
+    out[t - lo] = dets[t][i].mouth
+    j = i
+    for u in range(t + 1, hi):                                                         # forward: frame u - 1 -> u
+        j = links[u - 1].get(j)
+        if j is None: break
+        out[u - lo] = dets[u][j].mouth
+    j = i
+    for u in range(t - 1, lo - 1, -1):                                                 # backward: frame u + 1 -> u
+        j = {b: a for a, b in links[u].items()}.get(j)
+        if j is None: break
+        out[u - lo] = dets[u][j].mouth
+    return out
 
 class FrameCooccurrence:
     "Method (a): frame-level audio-visual co-occurrence with IoU linking of speaking masks (the static AVISM proxy)."
     def __init__(self, half_window: int = 3,  # w: frames on each side of t
                  link_iou: float = 0.3,  # theta: link to an identity's last speaking mask above this IoU
-                 vad_thr: float = 0.05):
-        _check_knobs(half_window=(half_window, True), link_iou=(link_iou, False), vad_thr=(vad_thr, False))
-        self.half_window, self.link_iou, self.vad_thr = half_window, link_iou, vad_thr
+                 hangover: int = 0,  # h: pauses of voice activity filled up to h frames
+                 vad_thr: float = 0.05,
+                 follow_iou: float = 0.3,  # a detection is followed into the next frame above this IoU
+                 fill: str = "hangover"):  # how pauses are filled: 'hangover' (held after voice) or 'gap-fill' (closed between voice), see voice_active
+        self.half_window, self.link_iou = check_int(half_window, "half_window", 0), check_number(link_iou, "link_iou", 0, 1)
+        self.hangover, self.vad_thr = check_int(hangover, "hangover", 0), check_number(vad_thr, "vad_thr", 0)
+        self.follow_iou = check_number(follow_iou, "follow_iou", 0, 1)
+        if fill not in FILLS: raise ValueError(f"fill must be one of {FILLS}, got {fill!r}")
+        self.fill = fill
 
     def predict(self, obs: Observation) -> dict[int, np.ndarray]:
         "Speaker tracks {identity: (T, H, W) bool}."
         T, w = len(obs.envelope), self.half_window
+        key = ("links", self.follow_iou)
+        if key not in obs.cache: obs.cache[key] = frame_links(obs.dets, self.follow_iou)
+        links = obs.cache[key]
         last, assign = [], {}                                                             # last speaking mask per identity
-        for t in np.flatnonzero(obs.envelope > self.vad_thr):
+        for t in np.flatnonzero(voice_active(obs.envelope, self.vad_thr, self.hangover, self.fill)):
             if not obs.dets[t]: continue
             lo, hi = max(0, t - w), min(T, t + w + 1)
-            # mouth pixels inside the detection's frame-t mask, in every frame of the window: static by construction
-            scores = [speaking_score(obs.mouth_map[lo:hi][:, d.mask].sum(1).astype(float), obs.envelope[lo:hi]) for d in obs.dets[t]]
+            # each detection's mouth, followed frame by frame through the window (per-frame instances, as AVISM-like methods)
+            scores = [speaking_score(followed_mouth(obs.dets, links, t, i, lo, hi), obs.envelope[lo:hi]) for i in range(len(obs.dets[t]))]
             d = obs.dets[t][int(np.argmax(scores))]
             pairs = match_iou(mask_iou(d.mask[None], np.stack(last)), self.link_iou) if last else []
             k = pairs[0][1] if pairs else len(last)
@@ -458,11 +511,11 @@ class AVTrackerLite:
         if window not in ("speech", "fixed"): raise ValueError(f"window must be 'speech' or 'fixed', got {window!r}")
         if grouping not in ("appearance+voice", "appearance"):
             raise ValueError(f"grouping must be 'appearance+voice' or 'appearance', got {grouping!r}")
-        _check_knobs(compress_thr=(compress_thr, False), group_thr=(group_thr, False), fixed_len=(fixed_len, True),
-                     vad_thr=(vad_thr, False), track_iou=(track_iou, False))
-        if fixed_len < 1: raise ValueError(f"fixed_len must be >= 1, got {fixed_len!r}")
-        self.window, self.compression, self.grouping = window, compression, grouping
-        self.compress_thr, self.group_thr, self.fixed_len, self.vad_thr, self.track_iou = compress_thr, group_thr, fixed_len, vad_thr, track_iou
+        if not isinstance(compression, (bool, np.bool_)): raise TypeError(f"compression must be a bool, got {type(compression).__name__} {compression!r}")
+        self.window, self.compression, self.grouping = window, bool(compression), grouping
+        self.compress_thr, self.group_thr = check_number(compress_thr, "compress_thr", 0, 1), check_number(group_thr, "group_thr", 0)
+        self.fixed_len, self.vad_thr = check_int(fixed_len, "fixed_len", 1), check_number(vad_thr, "vad_thr", 0)
+        self.track_iou = check_number(track_iou, "track_iou", 0, 1)
 
     def _voice(self, obs: Observation, fr: np.ndarray) -> np.ndarray:
         key = (int(fr[0]), int(fr[-1]))
@@ -506,8 +559,39 @@ class AVTrackerLite:
 
 class AllPersons:
     "The trivial reference: every tracked person is marked as speaking whenever there is voice activity."
-    def __init__(self, vad_thr: float = 0.05): self.vad_thr = vad_thr
+    def __init__(self, vad_thr: float = 0.05): self.vad_thr = check_number(vad_thr, "vad_thr", 0)
 
     def predict(self, obs: Observation) -> dict[int, np.ndarray]:
         assign = {k: {t: d.mask for t, d in tr.items() if obs.envelope[t] > self.vad_thr} for k, tr in enumerate(track_persons(obs.dets))}
         return _to_tracks({k: v for k, v in assign.items() if v}, obs.shape)
+
+def chunk_speakers(chunks: list[np.ndarray],  # frame indices of each chunk
+                   gt: dict,  # ground-truth tracks {identity: (T, H, W) bool}
+                   ) -> list[int]:
+    "For each chunk, how many ground-truth speakers speak (have a non-empty mask) in its frames."
+    return [sum(bool(m[np.asarray(fr, int)].any()) for m in gt.values()) for fr in chunks]
+
+def perturb_masks(obs: Observation,  # a clean observation
+                  seed: int,  # the perturbation's own random stream
+                  p_drop: float = 0.1,  # a detection is missed with this probability
+                  p_resize: float = 0.6,  # ... else grown or shrunk (half and half) by 1 or 2 pixels with this probability
+                  ) -> Observation:
+    "The noisy-mask variant of the research note: the segmenter misses detections and gets their outlines wrong; the audio and the mouth readings of the kept detections are unchanged."
+    rng = np.random.default_rng(check_int(seed, "seed", 0))
+    p_drop, p_resize = check_number(p_drop, "p_drop", 0, 1), check_number(p_resize, "p_resize", 0, 1)
+    if p_drop + p_resize > 1: raise ValueError(f"p_drop + p_resize must be <= 1, got {p_drop} + {p_resize}")
+    dets = []
+    for ds in obs.dets:
+        kept = []
+        for d in ds:
+            u, n = rng.random(), int(rng.integers(1, 3))
+            if u < p_drop: continue
+            m = d.mask
+            if u < p_drop + p_resize / 2: m = ndimage.binary_dilation(m, iterations=n)
+            elif u < p_drop + p_resize: m = ndimage.binary_erosion(m, iterations=n)
+            if m.any(): kept.append(Detection(m, d.mouth, d.colour))
+        dets.append(kept)
+    cover = np.array([np.any([d.mask for d in ds], 0) if ds else np.zeros(obs.shape[1:], bool) for ds in dets])
+    cache = {k: v for k, v in obs.cache.items() if k[0] != "links"}                         # the voices stay valid
+    return Observation(dets, obs.mouth_map & cover, obs.audio, obs.envelope, obs.sr, obs.fps, cache)
+
