@@ -402,9 +402,15 @@ def train_see_emotion(model: nn.Module,
                       lambda_lat: float = 0.0, lambda_rec: float = 0.0,
                       steps: int = 200, lr: float = 3e-3, batch: int = 32,
                       rec_frames: int = 4,  # emoji frames decoded per step for L_rec (a random subset of the batch's)
-                      seed: int = 0) -> list[float]:
-    "Joint training on Eq. (ee-eq-felb) with AdamW (weight decay 0.01), cosine schedule, gradient clipping at 1; returns the loss per step."
+                      seed: int = 0,
+                      horizon: int | None = None,  # length of the cosine schedule (default: steps); steps < horizon stops early
+                      callback=None,  # called as callback(step, model) after every step (e.g. a validation checkpoint)
+                      ) -> list[float]:
+    """Joint training on Eq. (ee-eq-felb) with AdamW (weight decay 0.01), cosine schedule, gradient clipping at 1; returns the loss per step.
+    `callback(step, model)`, if given, is called after every optimiser step with the 1-based step and the model (after the
+    scheduler has stepped); it may read or copy the model or switch it to eval mode (the next step switches back to training)."""
     check_int(steps, "steps", 1); check_int(batch, "batch", 1); check_int(rec_frames, "rec_frames", 1)
+    horizon = steps if horizon is None else check_int(horizon, "horizon", steps)
     if not (isinstance(eeg, torch.Tensor) and isinstance(y, torch.Tensor)):
         raise TypeError(f"eeg and y must be torch tensors, got {type(eeg).__name__} and {type(y).__name__}")
     if not lr > 0:
@@ -417,10 +423,10 @@ def train_see_emotion(model: nn.Module,
         raise ValueError("lambda_rec > 0 needs faces, ae and norm")
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
-    model.train()
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, horizon)
     losses = []
-    for _ in range(steps):
+    for step in range(1, steps + 1):
+        model.train()   # a callback may have switched to eval mode
         idx = torch.randint(len(eeg), (batch,), generator=g)
         logits, lat = model(eeg[idx])
         rec = rec_t = None
@@ -433,6 +439,8 @@ def train_see_emotion(model: nn.Module,
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step(); sched.step()
         losses.append(out["loss"].item())
+        if callback is not None:
+            callback(step, model)
     return losses
 
 @torch.no_grad()
