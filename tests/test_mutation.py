@@ -65,15 +65,15 @@ def chapter(tmp_path):
     return tmp_path, nb, mod
 
 
-def hand_mutant(mid: str, old: str, new: str) -> mutate.Mutant:
-    assert MODULE.count(old) == 1
-    return mutate.Mutant("hand/Replace", 0, 0, mid, MODULE.replace(old, new))
+def hand_mutant(mid: str, old: str, new: str, module: str = MODULE) -> mutate.Mutant:
+    assert module.count(old) == 1
+    return mutate.Mutant("hand/Replace", 0, 0, mid, module.replace(old, new))
 
 
-def run(root, nb, mod, mutants, **kw):
-    out = root / "results" / "mutation" / "fix.json"
+def run(root, nb, mod, mutants, name=MODULE_NAME, **kw):
+    out = root / "results" / "mutation" / f"{mod.stem}.json"
     kw = {"workers": 2, "timeout": 3.0, "budget": 120.0, **kw}
-    return mutate.mutate_chapter(nb, mod, MODULE_NAME, out, root=root, mutants=mutants, echo=lambda s: None, **kw)
+    return mutate.mutate_chapter(nb, mod, name, out, root=root, mutants=mutants, echo=lambda s: None, **kw)
 
 
 HAND = [hand_mutant("killed1", "return a + b", "return a - b"),
@@ -340,14 +340,11 @@ def cov_chapter(tmp_path, experiment="from mutcov_mod import claim\nassert claim
 
 
 def cov_mutant(mid, old, new):
-    assert COV_MODULE.count(old) == 1
-    return mutate.Mutant("hand/Replace", 0, 0, mid, COV_MODULE.replace(old, new))
+    return hand_mutant(mid, old, new, COV_MODULE)
 
 
 def cov_run(root, nb, mod, mutants, **kw):
-    out = root / "results" / "mutation" / "cov.json"
-    kw = {"workers": 2, "timeout": 5.0, "budget": 120.0, **kw}
-    return mutate.mutate_chapter(nb, mod, COV_NAME, out, root=root, mutants=mutants, echo=lambda s: None, **kw)
+    return run(root, nb, mod, mutants, COV_NAME, **{"timeout": 5.0, **kw})
 
 
 def test_cells_are_selected_by_the_lines_they_run_and_by_the_names_they_pass_on():
