@@ -32,7 +32,7 @@ def test_config_has_what_the_book_needs():
 def test_mathjax_is_served_locally():
     c = config()["sphinx"]["config"]
     assert not c["mathjax_path"].startswith("http"), "MathJax must not come from a CDN"
-    assert c["html_static_path"] == [".mathjax/static"]
+    assert c["html_static_path"][0] == ".mathjax/static" and c["html_css_files"] == ["icmlbook.css"]
     assert "mathjax@3" in (ROOT / "Makefile").read_text()
 
 
