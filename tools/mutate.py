@@ -300,7 +300,6 @@ class Coverage:
     "The lines of the module each step runs, unmutated; and the lines the experiment (the claims) runs."
     steps: dict[int, set[int]]  # step index -> module lines it ran
     claim_lines: set[int]  # module lines the experiment cells ran (they compute the registered quantities)
-    experiment_seconds: float | None = None
 
     def plan(self, steps: list[Step], names: list[CellNames | None], line: int) -> list[int] | None:
         """Step indices to run for a mutant on `line`: [] when no test cell runs it, None (all steps) when it runs
@@ -697,7 +696,7 @@ def _coverage(steps: list[Step], exp_steps: list[Step], source: str, module_file
         if exp:
             echo(f"  traced the test cells and the experiment in {time.monotonic() - t:.0f} s: "
                  f"{len(claim)} module lines compute the claims")
-    cov = Coverage({index[k]: set(v) for k, v in lines.items() if k in index}, claim, info.get("experiment_seconds"))
+    cov = Coverage({index[k]: set(v) for k, v in lines.items() if k in index}, claim)
     return cov, info
 
 
