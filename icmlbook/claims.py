@@ -25,7 +25,7 @@ import numpy as np
 # %% auto #0
 __all__ = ['CHAPTERS', 'BUDGET_SECONDS', 'VERDICTS', 'SEED_KINDS', 'SCALE_SEEDS', 'PROTOCOL', 'KERNEL_PINS', 'VERDICT_COLOURS',
            'notebook_name', 'Check', 'verdict', 'ClaimRecord', 'RegisteredClaim', 'Registry', 'registry_path',
-           'load_registry', 'Tuning', 'tune', 'still_learning', 'expected_best', 'repo_root', 'ledger_dir',
+           'load_registry', 'Tuning', 'tune', 'still_learning', 'expected_best', 'repo_root', 'rehearsal', 'ledger_dir',
            'results_dir', 'notebook_hash', 'code_hash', 'chapter_hash', 'ChapterRun', 'tuning_flags', 'assess',
            'budget_figure', 'claim_table', 'seed_table', 'looks', 'reruns_after_look', 'confirmation',
            'confirmation_text', 'scoreboard', 'scoreboard_table', 'verdict_map', 'run_chapter', 'merge_records',
@@ -640,6 +640,13 @@ def repo_root(start: Path | None = None) -> Path | None:
             return p
     return None
 
+def rehearsal() -> bool:
+    """True in a rehearsal: a full-scale run on the development (ci) seeds (environment variable ICMLBOOK_REHEARSE=1),
+    which checks the full-scale design (tuning edges, curves, nulls) before the one confirmation run and never publishes."""
+    v = os.environ.get("ICMLBOOK_REHEARSE", "").strip()
+    if v not in ("", "0", "1"): raise ValueError(f"ICMLBOOK_REHEARSE must be 0 or 1, got {v!r}")
+    return v == "1"
+
 def ledger_dir(scale: str | None = None) -> Path:
     "The folder holding one JSON ledger file per chapter, for `scale` (default: the current scale)."
     from icmlbook.core import scale as current, SCALES
@@ -702,8 +709,13 @@ class ChapterRun:
         nbs = Path(nbs_dir) if nbs_dir else (root / "nbs" if root else None)
         nb_path = nbs / self.notebook if nbs else None
         from icmlbook.core import scale
+        if rehearsal() and scale() != "full":
+            raise ValueError(f"ICMLBOOK_REHEARSE=1 rehearses the full scale on the development seeds; the scale is {scale()!r}")
+        if rehearsal() and os.environ.get("ICMLBOOK_SEED", "").strip():
+            raise ValueError("a rehearsal runs every development seed: unset ICMLBOOK_SEED or ICMLBOOK_REHEARSE")
         self.only = _partial_seed(self.registry, scale())  # one seed job of a fanned-out run (ICMLBOOK_SEED), or None
         self.data = {"chapter": chapter, "notebook": self.notebook, "scale": scale(), "partial_seed": self.only,
+                     "rehearsal": rehearsal(),
                      "code_hash": code_hash(chapter, nb_path, registry), "chapter_hash": chapter_hash(chapter, nb_path, registry),
                      "registry_sha256": self.registry.sha256,
                      "started": _dt.datetime.now().isoformat(timespec="seconds"),
@@ -718,12 +730,14 @@ class ChapterRun:
 
     @property
     def path(self) -> Path:
+        if self.data.get("rehearsal"): return ledger_dir("full").parent / "rehearsal" / f"{self.chapter}.json"
         return ledger_dir(self.scale) / (f"{self.chapter}.json" if self.only is None else f"{self.chapter}.seed{self.only}.json")
 
     def seeds(self, claim_id: str) -> tuple[int, ...]:
         """The registered seeds of a claim at this run's scale: its ci (development) seeds, or its confirm seeds at full.
-        In one seed job (ICMLBOOK_SEED=S) a claim judged on S gets (S,); a claim not judged on S keeps all its seeds."""
-        seeds = self.registry.seeds(claim_id, self.scale)
+        In one seed job (ICMLBOOK_SEED=S) a claim judged on S gets (S,); a claim not judged on S keeps all its seeds.
+        A rehearsal (full scale on the development seeds, `rehearsal()`) gets the claim's ci seeds."""
+        seeds = self.registry.seeds(claim_id, "ci" if self.data.get("rehearsal") else self.scale)
         return (self.only,) if self.only in seeds else seeds
 
     def tune(self, arm: str, objective: Callable[..., float], grid: dict | list[dict], minimize: bool = True,
@@ -806,7 +820,7 @@ class ChapterRun:
             raise ValueError(f"claim id {id!r} was already recorded in this run")
         want = self.seeds(id)
         if sorted(int(s) for s in seeds) != sorted(want):
-            kind = "confirm" if self.scale == "full" else "ci (development)"
+            kind = "confirm" if self.scale == "full" and not self.data.get("rehearsal") else "ci (development)"
             raise ValueError(f"claim {id} must be judged on its registered seeds {list(want)} at scale {self.scale!r} "
                              f"(its {kind} seeds), got values from seeds {list(seeds)}")
         whole_run = tuple(k for k, v in measured.items() if not isinstance(v, (list, tuple, np.ndarray)))
@@ -815,7 +829,9 @@ class ChapterRun:
         self._write()
         if self.show:
             tables = claim_table([rec.to_dict()], chapter=False) + "\n\n" + seed_table(rec.to_dict())
-            if self.scale == "full":
+            if self.data.get("rehearsal"):
+                self._display(f"**{id}, rehearsal** (full scale on the development seeds; not the verdict)\n\n{tables}")
+            elif self.scale == "full":
                 self._display(f"**{id}, confirmation run** (confirm seeds, full scale)\n\n{tables}")
             else:
                 self._display(confirmation_text(self.chapter, id) + f"\n\n**{id}, preview** (development seeds, "
@@ -899,7 +915,7 @@ def assess(registry: Registry, data: dict, reg: RegisteredClaim, measured: dict,
     missing = [f"{a} against {n}" for a, names in reg.nulls.items() for n in names if (a, n) not in recorded]
     scale = data["scale"]
     return ClaimRecord(registry.chapter, reg.id, reg.claim, reg.criterion, reg.checks, measured, seeds, scale,
-                       reg.arms, care, failed, "confirm" if scale == "full" else "development",
+                       reg.arms, care, failed, "confirm" if scale == "full" and not data.get("rehearsal") else "development",
                        {a: tuning_flags(registry, data, a) for a in reg.arms}, missing, reg.repeat, whole_run)
 
 PROTOCOL = 3  # the claims protocol records are written under
@@ -1177,6 +1193,7 @@ def run_chapter(chapter: str,  # the chapter's slug
                 out_dir: Path | None = None,  # where the executed notebook goes (default: _build/run/<scale>)
                 echo: Callable[[str], None] = print,  # where the progress lines go
                 seed: int | None = None,  # run one seed job: only the claims judged on this seed get it alone
+                rehearse: bool = False,  # full scale on the development seeds: checks the design, never publishes
                 ) -> Path:
     "Execute chapter `chapter` headless at `scale`, one progress line per cell; returns the executed notebook's path."
     import nbformat
@@ -1189,6 +1206,9 @@ def run_chapter(chapter: str,  # the chapter's slug
         raise ValueError(f"only a full-scale run on the confirm seeds publishes a confirmation record, got scale={scale!r}")
     if publish and seed is not None:
         raise ValueError("a seed job does not publish: `python -m icmlbook.claims merge <slug>` publishes the seed jobs together")
+    if rehearse and (scale != "full" or publish or seed is not None):
+        raise ValueError("rehearse runs the full scale on the development seeds, whole, and never publishes: "
+                         f"got scale={scale!r}, publish={publish}, seed={seed}")
     if seed is not None: _partial_seed_checked(chapter, scale, seed)
     root = repo_root()
     nbs = Path(nbs_dir) if nbs_dir else (root / "nbs" if root else None)
@@ -1196,13 +1216,14 @@ def run_chapter(chapter: str,  # the chapter's slug
         raise FileNotFoundError(f"chapter {chapter!r} needs its notebook {notebook_name(chapter)} (run from the repository)")
     path = nbs / notebook_name(chapter)
     nb = nbformat.read(path, as_version=4)
-    out = Path(out_dir) if out_dir else (root or Path.cwd()) / "_build" / "run" / scale
+    out = Path(out_dir) if out_dir else (root or Path.cwd()) / "_build" / "run" / ("rehearsal" if rehearse else scale)
     if seed is not None: out = out / f"seed{seed}"
     out.mkdir(parents=True, exist_ok=True)
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     start = time.monotonic()
     pins = {k: os.environ.get(k) or v for k, v in KERNEL_PINS.items()}  # same instruction set on any x86-64 with AVX2
-    with temp_env(ICMLBOOK_SCALE=scale, ICMLBOOK_PROGRESS="0", ICMLBOOK_SEED="" if seed is None else str(seed), **pins):
+    with temp_env(ICMLBOOK_SCALE=scale, ICMLBOOK_PROGRESS="0", ICMLBOOK_SEED="" if seed is None else str(seed),
+                  ICMLBOOK_REHEARSE="1" if rehearse else "0", **pins):
         client = NotebookClient(nb, timeout=int(timeout), kernel_name="python3",
                                 resources={"metadata": {"path": str(nbs)}})
         with client.setup_kernel():
@@ -1349,14 +1370,19 @@ def main(argv: list[str] | None = None) -> int:
                        "results/full/<slug>.json and append one line to results/looks/<slug>.jsonl")
         p.add_argument("--seed", type=int, default=None, help="run one seed job (a confirm seed at full scale); "
                        "`merge` then combines the jobs")
+        p.add_argument("--rehearse", action="store_true", help="full scale on the development (ci) seeds, never published: "
+                       "check the full-scale tuning, curves and nulls before the confirmation run spends the confirm seeds")
         a = p.parse_args(argv[1:])
+        if a.rehearse and a.scale != "full": a.scale = "full"  # a rehearsal is of the full scale
         try:
-            nb = run_chapter(a.chapter, a.scale, a.timeout or (300.0 if a.scale == "ci" else 3600.0), a.publish, seed=a.seed)
+            nb = run_chapter(a.chapter, a.scale, a.timeout or (300.0 if a.scale == "ci" else 3600.0), a.publish, seed=a.seed,
+                             rehearse=a.rehearse)
         except (TimeoutError, RuntimeError, FileNotFoundError, ValueError) as e:
             print(f"error: {e}", file=sys.stderr)
             return 1
         name = a.chapter + ("" if a.seed is None else f".seed{a.seed}") + ".json"
-        print(f"executed notebook: {nb}\nledger record: {ledger_dir(a.scale) / name}")
+        folder = ledger_dir("full").parent / "rehearsal" if a.rehearse else ledger_dir(a.scale)
+        print(f"executed notebook: {nb}\nledger record: {folder / name}")
         return 0
     if argv[:1] == ["merge"]:
         p = argparse.ArgumentParser(prog="python -m icmlbook.claims merge", description=merge_chapter.__doc__)

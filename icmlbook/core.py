@@ -16,7 +16,7 @@ import torch
 
 # %% auto #0
 __all__ = ['SCALES', 'OKABE_ITO', 'BOOK_STYLE', 'seed_everything', 'scale', 'by_scale', 'temp_env', 'check_int', 'check_number',
-           'device', 'num_threads', 'Timer', 'use_book_style', 'progress', 'per_seed']
+           'device', 'num_threads', 'Timer', 'use_book_style', 'progress', 'per_seed', 'group_advantages']
 
 # %% ../nbs/00_core.ipynb #cbe67ea3
 def seed_everything(seed: int,  # a non-negative integer below 2**32
@@ -176,3 +176,37 @@ def per_seed(fn: Callable[[int], float],  # the measured value for one seed
     seeds = list(seeds)
     if not seeds: raise ValueError("seeds must not be empty")
     return [float(fn(s)) for s in seeds]
+
+# %% ../nbs/00_core.ipynb #core-grpo-export
+def group_advantages(rewards,  # rewards, (N,) finite numbers
+                     group_ids=None,  # the group of each sample, (N,) integers in any order; or None with `group_size`
+                     *,
+                     group_size: int | None = None,  # consecutive groups of this size (N divisible by it), instead of `group_ids`
+                     std: str = "population",  # the spread s_g: 'population' (divide by G, np.std) or 'sample' (divide by G - 1, torch.std)
+                     eps: float = 1e-4,  # added to s_g; groups with s_g < eps get advantage 0
+                     clip: float = 5.0,  # advantages are clipped to [-clip, clip]
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+    "Group-relative advantages, Eq. (core-eq-adv); returns (A (N,), s_g of each group (n_groups,)), groups sorted by id."
+    r = torch.as_tensor(rewards, dtype=torch.float32)
+    if r.ndim != 1 or not len(r) or not torch.isfinite(r).all():
+        raise ValueError(f"rewards must be a non-empty 1-D tensor of finite numbers, got shape {tuple(r.shape)}")
+    if std not in ("population", "sample"): raise ValueError(f"std must be 'population' or 'sample', got {std!r}")
+    check_number(eps, "eps", lo=0, lo_open=True)
+    check_number(clip, "clip", lo=0, lo_open=True)
+    if (group_ids is None) == (group_size is None):
+        raise ValueError("give exactly one of group_ids and group_size")
+    if group_size is not None:
+        check_int(group_size, "group_size", lo=2)
+        if len(r) % group_size:
+            raise ValueError(f"group_size={group_size} must divide the number of rewards ({len(r)})")
+        group_ids = torch.arange(len(r)) // group_size
+    ids = torch.as_tensor(group_ids)
+    if ids.shape != r.shape or ids.is_floating_point():
+        raise ValueError(f"group_ids must hold one integer per reward ({len(r)}), got shape {tuple(ids.shape)}")
+    _, inv, counts = torch.unique(ids, return_inverse=True, return_counts=True)
+    if (counts < 2).any(): raise ValueError(f"every group needs at least 2 samples, got a group of {int(counts.min())}")
+    mean = torch.zeros(len(counts)).index_add_(0, inv, r) / counts
+    sq = torch.zeros(len(counts)).index_add_(0, inv, (r - mean[inv]) ** 2)
+    s = (sq / (counts if std == "population" else counts - 1)).sqrt()
+    A = torch.where(s[inv] < eps, torch.zeros_like(r), (r - mean[inv]) / (s[inv] + eps))
+    return A.clamp(-clip, clip), s

@@ -17,6 +17,7 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.nn import TransformerConv
 from torch_geometric.utils import from_networkx, to_dense_adj, to_dense_batch
 from .core import check_int
+from .core import group_advantages as core_group_advantages
 
 
 # %% auto #0
@@ -341,14 +342,12 @@ def trajectory_log_probs(model: GraphDenoiser, traj: torch.Tensor,  # (T + 1, B,
 # %% ../nbs/06_graph_grpo.ipynb #cd78ecf0
 def group_advantages(rewards: torch.Tensor,  # (G K,) rewards, K consecutive per group
                      group_size: int, eps: float = 1e-4, clip: float = 5.0) -> torch.Tensor:
-    "A = (R - mean_group) / (std_group + eps), 0 where std_group < eps, clipped to [-clip, clip], Eq. (gg-eq-adv). (G K,)."
+    """A = (R - mean_group) / (std_group + eps), 0 where std_group < eps, clipped to [-clip, clip], Eq. (gg-eq-adv). (G K,).
+    The book's one definition, `icmlbook.core.group_advantages`, with this paper's sample standard deviation (torch.std)."""
     check_int(group_size, "group_size", 2)
     if rewards.ndim != 1 or len(rewards) % group_size:
         raise ValueError(f"rewards must be 1-D with a length divisible by group_size={group_size}, got {tuple(rewards.shape)}")
-    r = rewards.view(-1, group_size)
-    std = r.std(1, keepdim=True)
-    A = torch.where(std < eps, torch.zeros_like(r), (r - r.mean(1, keepdim=True)) / (std + eps))
-    return A.clamp(-clip, clip).view(-1)
+    return core_group_advantages(rewards, group_size=group_size, std="sample", eps=eps, clip=clip)[0]
 
 def grpo_loss(logp: torch.Tensor,  # (B, T) per-step log-probs under theta
               logp_old: torch.Tensor,  # (B, T) under the sampling policy

@@ -100,3 +100,33 @@ def test_a_chapter_run_seed_by_seed_and_merged_equals_the_chapter_run_whole(tmp_
     merged = json.loads((tmp_path / "ledger" / "ci" / "data_pricing.json").read_text())
     assert claims_without_timings(merged) == claims_without_timings(whole_record)
     assert [c["verdict"] for c in merged["claims"]] == [c["verdict"] for c in whole_record["claims"]]
+
+
+def test_a_rehearsal_runs_the_full_scale_on_the_development_seeds_and_never_publishes(tmp_path, monkeypatch):
+    "`run <slug> --rehearse`: the full scale's design on the ci seeds, its own ledger folder, never a confirmation."
+    from icmlbook.claims import run_chapter
+    monkeypatch.setenv("ICMLBOOK_REHEARSE", "1")
+    monkeypatch.setenv("ICMLBOOK_SCALE", "full")
+    (tmp_path / "bas.yml").write_text(REGISTRY)
+    monkeypatch.setenv("ICMLBOOK_LEDGER", str(tmp_path / "ledger"))
+    run = ChapterRun("bas", show=False, registry=tmp_path / "bas.yml")
+    assert run.scale == "full" and run.seeds("C1") == (100, 101) and run.seeds("C2") == (100,)
+    rec = run.record("C1", {"ratio": [0.5, 0.6]}, [100, 101])
+    assert rec.seed_kind == "development" and rec.scale == "full"
+    with pytest.raises(ValueError, match=r"registered seeds \[100\] at scale 'full' \(its ci \(development\) seeds\)"):
+        run.record("C2", {"x": [1.0]}, [1000])
+    run.finish()
+    assert run.path == tmp_path / "ledger" / "rehearsal" / "bas.json" and not (tmp_path / "ledger" / "full").exists()
+    monkeypatch.setenv("ICMLBOOK_SEED", "100")
+    with pytest.raises(ValueError, match="a rehearsal runs every development seed"):
+        ChapterRun("bas", show=False, registry=tmp_path / "bas.yml")
+    monkeypatch.setenv("ICMLBOOK_SEED", "")
+    monkeypatch.setenv("ICMLBOOK_SCALE", "ci")
+    with pytest.raises(ValueError, match="rehearses the full scale on the development seeds; the scale is 'ci'"):
+        ChapterRun("bas", show=False, registry=tmp_path / "bas.yml")
+    monkeypatch.setenv("ICMLBOOK_REHEARSE", "yes")
+    with pytest.raises(ValueError, match="ICMLBOOK_REHEARSE must be 0 or 1"):
+        ChapterRun("bas", show=False, registry=tmp_path / "bas.yml")
+    for kw in (dict(scale="full", publish=True), dict(scale="ci"), dict(scale="full", seed=1000)):
+        with pytest.raises(ValueError, match="rehearse runs the full scale on the development seeds, whole, and never publishes"):
+            run_chapter("bas", timeout=10, rehearse=True, **kw)
