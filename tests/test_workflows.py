@@ -62,3 +62,6 @@ def test_the_confirm_matrix_has_one_job_per_chapter_and_confirm_seed():
     assert m["include"] == [{"chapter": c, "seed": s} for c in confirm for s in confirm[c]]
     r = subprocess.run(tool + ["--chapters", "bas", "--seeds", "100"], capture_output=True, text=True)
     assert r.returncode != 0 and "not confirm seeds of 'bas'" in r.stderr
+    r = subprocess.run(tool + ["--chapters", "data_pricing,bas", "--rehearse"], capture_output=True, text=True, check=True)
+    assert json.loads(r.stdout.removeprefix("matrix="))["include"] == [{"chapter": c, "seed": "rehearsal"} for c in confirm]
+    assert any("icmlbook.claims run" in x and "--rehearse" in x for x in runs("confirm.yaml"))

@@ -31,10 +31,12 @@ killed, all such survivors are judged again). Mutants on claim lines are tried f
 claim-line mutants (candidates, tried, detected), the lines the tests run, the score's 95% Wilson interval, and
 the functions defined in experiment cells (never mutated: they belong in the module).
 
-The parent process imports what the cells import once, then forks one process per mutant (--workers at a
-time). The candidates are shuffled by a fixed seed and tried in that order (claim lines first) until --max-mutants
-or the time budget (default 840 s: one chapter in at most 15 minutes on a 2-core machine; the last 15% is kept
-for judging survivors again) runs out, so the mutants tried are a seeded, uniform sample of each group, and the
+The parent process imports what the cells import once. The cells before the export cell a mutant changes run
+the same code for it as for the unmutated module, so they run once (a snapshot) for all the mutants of that
+export cell in a round, and each mutant is forked from that snapshot to run only the later cells (--workers
+snapshots at a time). The candidates are shuffled by a fixed seed and tried in that order (claim lines first), in
+rounds sized to the time left, until --max-mutants or the time budget (default 840 s: one chapter in at most 15
+minutes on a 2-core machine) runs out, so the mutants tried are a seeded, uniform sample of each group, and the
 same prefix of one permutation on every run of the same code.
 
 After tests are added, `--retest` judges the same sample again without a whole new run: every survivor, every
@@ -209,8 +211,8 @@ def program(steps: list[Step], module_source: str, module_file: str) -> list[Pie
         elif mapped:
             first, code = chunks[s.cell_id]
             pieces.append(Piece(f"{s.label} (export)", module_file, "\n" * (first - 1) + code))
-        elif not placed:
-            pieces.append(Piece(f"{s.label} (export)", module_file, module_source))
+        else:  # one piece per step: the whole module at the first export step, nothing at the later ones
+            pieces.append(Piece(f"{s.label} (export)", module_file, "" if placed else module_source))
             placed = True
     if not exports:
         raise ValueError("the notebook has no export cell before its Experiment heading")
@@ -348,14 +350,17 @@ def run_program(pieces: list[Piece], module_name: str, trace: str | None = None)
     {piece label: sorted line numbers} (threads included; child processes not)."""
     import importlib
     import threading
-    mod = types.ModuleType(module_name)
-    sys.modules[module_name] = mod
-    package, _, leaf = module_name.rpartition(".")
-    if package:
-        setattr(importlib.import_module(package), leaf, mod)
-    ns = mod.__dict__
-    ns["CosmicRayTestingException"] = CosmicRayTestingException
-    flags, lines = 0, {}
+    if _SNAPSHOT is not None and _SNAPSHOT["module"] == module_name:  # forked from a snapshot: go on from its state
+        ns, flags = _SNAPSHOT["ns"], _SNAPSHOT["flags"]
+    else:
+        mod = types.ModuleType(module_name)
+        sys.modules[module_name] = mod
+        package, _, leaf = module_name.rpartition(".")
+        if package:
+            setattr(importlib.import_module(package), leaf, mod)
+        ns, flags = mod.__dict__, 0
+        ns["CosmicRayTestingException"] = CosmicRayTestingException
+    lines = {}
     for p in pieces:
         if trace:
             tracer = line_tracer(trace, lines.setdefault(p.label, set()))
@@ -373,7 +378,7 @@ def run_program(pieces: list[Piece], module_name: str, trace: str | None = None)
             if trace:
                 sys.settrace(None)
                 threading.settrace(None)
-    return {"passed": True, **({"lines": {k: sorted(v) for k, v in lines.items()}} if trace else {})}
+    return {"passed": True, "flags": flags, **({"lines": {k: sorted(v) for k, v in lines.items()}} if trace else {})}
 
 
 def warm_imports(pieces: list[Piece], skip: str) -> None:
@@ -470,6 +475,115 @@ def _kill(pid: int) -> None:
         except ProcessLookupError:
             pass
     os.waitpid(pid, 0)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Snapshots: the cells before a mutant's export cell run once, in a process its mutants are forked from
+
+_SNAPSHOT: dict | None = None  # in a snapshot process: the namespace and compiler flags after the shared prefix
+
+
+def prefix_index(steps: list[Step], source: str, mutated: str) -> int:
+    """The index of the export step whose module code the mutant changes. Every step before it runs the same code
+    for the mutant as for the unmutated module, so those steps can run once for all the mutants of that export
+    cell. 0 (nothing shared) when the module's cell markers do not map onto the notebook's export cells."""
+    a, b = module_chunks(source), module_chunks(mutated)
+    if not all(s.cell_id in a for s in steps if s.kind == "export"):
+        return 0
+    return next((i for i, s in enumerate(steps) if s.kind == "export" and a[s.cell_id] != b.get(s.cell_id)), 0)
+
+
+@dataclass
+class SnapItem:
+    "One mutant to judge from a snapshot at step `prefix`: its source, the steps it runs from there, and why."
+    key: str
+    source: str
+    prefix: int
+    sel: list[int] | None  # the selected steps from `prefix` on, or None: every step from `prefix` on
+    kind: str  # 'selected', 'all', or how an uncovered mutant is judged
+
+
+def _snapshot_group(prefix: int, items: list[SnapItem], steps: list[Step], base: list[Piece], module_file: str,
+                    module_name: str, timeout: float, deadline: float, expected: float, cwd: Path) -> list[dict]:
+    """In a snapshot process: run the unmutated steps before `prefix` once, then judge each item in a process forked
+    from here, as `mutate_chapter` would from scratch: a selection must first pass unmutated, and a survivor of a
+    selection is judged again with every step. One entry per item: key, outcome, cells (or error, if the prefix
+    failed, or dropped, if the deadline came before a survivor of a selection was judged again)."""
+    global _SNAPSHOT
+    r = run_program(base[:prefix], module_name)
+    if not r["passed"]:
+        return [{"key": it.key, "error": f"{r['step']}: {r['error']}"} for it in items]
+    _SNAPSHOT = {"module": module_name, "ns": sys.modules[module_name].__dict__, "flags": r["flags"]}
+    full = tuple(range(prefix, len(steps)))
+    sels = sorted({tuple(it.sel) for it in items if it.sel is not None and tuple(it.sel) != full})
+    checked = run_jobs([Job(f"check {k}", [base[i] for i in s]) for k, s in enumerate(sels)], module_name, 1,
+                       timeout, deadline, expected, cwd)
+    valid = {sels[int(j.key.split()[1])] for j in checked if j.outcome.get("outcome") == "survived"}
+    jobs, how, pieces = [], {}, {}
+    for it in items:
+        mp = program(steps, it.source, module_file)
+        pieces[it.key] = [mp[i] for i in full]
+        use = tuple(it.sel) if it.sel is not None and tuple(it.sel) in valid else None
+        how[it.key] = it.kind if it.kind != "selected" else "selected" if use else "all"
+        jobs.append(Job(it.key, [mp[i] for i in use] if use else pieces[it.key]))
+    out = {j.key: j.outcome for j in run_jobs(jobs, module_name, 1, timeout, deadline, expected, cwd)}
+    again = [k for k, o in out.items() if o["outcome"] == "survived" and how[k] == "selected"]
+    rerun = {j.key: j.outcome for j in run_jobs((Job(k, pieces[k]) for k in again), module_name, 1, timeout, deadline,
+                                                 expected, cwd)}
+    entries = []
+    for k, o in out.items():
+        if k in again and k not in rerun:
+            entries.append({"key": k, "dropped": True})
+        else:
+            entries.append({"key": k, "outcome": rerun.get(k, o), "cells": how[k] + (", then every cell" if k in rerun else "")})
+    return entries
+
+
+def run_snapshots(items: list[SnapItem], steps: list[Step], base: list[Piece], module_file: str, module_name: str,
+                  workers: int, timeout: float, deadline: float, expected: float, cwd: Path, on_done=None) -> list[dict]:
+    """Judge `items`, grouped by their prefix step: one snapshot process per group (`workers` at a time), each
+    running its group's mutants one at a time. Returns `_snapshot_group`'s entries, calling `on_done` on each."""
+    groups: dict[int, list[SnapItem]] = {}
+    for it in items:
+        groups.setdefault(it.prefix, []).append(it)
+    pending, running, entries = list(groups.items()), {}, []  # in the order of their first mutant (claim lines first)
+    tmp = Path(tempfile.mkdtemp(prefix="mutate-snap-"))
+    while pending or running:
+        while pending and len(running) < workers and time.monotonic() + expected < deadline:
+            prefix, group = pending.pop(0)
+            out = tmp / f"{prefix}.json"
+            pid = os.fork()
+            if pid == 0:
+                try:
+                    os.setpgid(0, 0)
+                    fd = os.open(os.devnull, os.O_WRONLY)
+                    os.dup2(fd, 1), os.dup2(fd, 2)
+                    os.chdir(cwd)
+                    out.write_text(json.dumps(_snapshot_group(prefix, group, steps, base, module_file, module_name,
+                                                              timeout, deadline, expected, cwd)))
+                finally:
+                    os._exit(0)
+            running[pid] = (group, out)
+        if not running:
+            break
+        time.sleep(0.05)
+        for pid, (group, out) in list(running.items()):
+            finished, _ = os.waitpid(pid, os.WNOHANG)
+            if not finished and time.monotonic() < deadline + timeout + 30:
+                continue
+            if not finished:
+                _kill(pid)
+            del running[pid]
+            got = json.loads(out.read_text()) if finished and out.exists() else \
+                [{"key": it.key, "dropped": True} for it in group]
+            for e in got:
+                entries.append(e)
+                if on_done and "outcome" in e:
+                    on_done(e)
+    for f in tmp.iterdir():
+        f.unlink()
+    tmp.rmdir()
+    return entries
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -713,6 +827,9 @@ def mutate_chapter(notebook: Path, module: Path, module_name: str, out: Path, *,
     run (the first UNCOVERED_CHECK of them run anyway with every cell: if one is killed, the coverage map missed
     something and all of them are judged again). Every survivor of a selection is judged again with every cell
     before it counts, so a selection can only save time, never turn a kill into a survivor.
+    Snapshots: the cells before the export cell a mutant changes run the same code for it as unmutated, so they run
+    once per round for all the mutants of that export cell, in a process each mutant is forked from
+    (`run_snapshots`); only the later steps run per mutant. Rounds take as many mutants as the time left allows.
     `mutants` (with `source` set) replaces cosmic-ray's enumeration and the seeded shuffle: for tests."""
     t_start = time.monotonic()
     deadline = t_start + budget
@@ -741,84 +858,98 @@ def mutate_chapter(notebook: Path, module: Path, module_name: str, out: Path, *,
     candidates = len(mutants)
     plans = {m.line: cov.plan(steps, names, m.line) for m in mutants}
 
-    # Each selection must pass unmutated before a mutant's failure under it can count as a kill.
-    subsets = sorted({tuple(v) for v in plans.values() if v and len(v) < len(steps)})
-    checks = [Job(f"subset {k}", program([steps[i] for i in sub], source, module_file))
-              for k, sub in enumerate(subsets)]
-    done = {j.key: j for j in run_jobs(checks, module_name, workers, timeout, deadline, min(timeout, t0), cwd)}
-    valid = {sub for k, sub in enumerate(subsets) if done.get(f"subset {k}", Job("", [])).outcome.get("outcome")
-             == "survived"}
-    if subsets:
-        echo(f"  {len(valid)} of {len(subsets)} cell selections pass unmutated (the others run every cell)")
-
-    def plan_of(m: Mutant) -> tuple[str, list[int] | None]:
-        v = plans[m.line]
-        if v == []:
-            return "uncovered", None
-        if v is None or tuple(v) not in valid:
-            return "all", None
-        return "selected", v
-
+    base = program(steps, source, module_file)
     limit = len(mutants) if max_mutants is None else min(max_mutants, len(mutants))
-    incompetent, tried, how = [], {}, {}
-    provisional = {}  # id -> outcome of a mutant judged without every cell (to be judged again if it survived)
+    incompetent, tried, how, results = [], {}, {}, []
     counts = {"killed": 0, "survived": 0, "timeout": 0}
-    checked = []
+    checked, misses, provisional, dropped, snapshots = [], [], [], [], [0]
 
-    def jobs():
-        n = 0
-        for m in mutants:
-            if n >= limit:
-                return
-            if m.source is None:
-                m.source = make_mutant(source, m)
-            if m.source is None:
-                continue
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # e.g. SyntaxWarning for `x is not "best"`: still a mutant
-                    compile(m.source, module_file, "exec", dont_inherit=True)
-            except SyntaxError:
-                incompetent.append(m.id)
-                continue
-            n += 1
-            tried[m.id] = m
-            kind, sel = plan_of(m)
-            if kind == "uncovered" and len(checked) >= UNCOVERED_CHECK:
-                how[m.id] = "uncovered"
-                provisional[m.id] = {"outcome": "survived", "seconds": 0.0}
-                continue
-            if kind == "uncovered":
-                checked.append(m.id)
-            how[m.id] = kind if kind != "uncovered" else "uncovered, judged with every cell"
-            yield Job(m.id, program(steps if sel is None else [steps[i] for i in sel], m.source, module_file))
+    def item(m: Mutant, kind: str | None = None) -> SnapItem:
+        "How mutant m is judged: from the snapshot at the export step it changes, with the steps its line needs."
+        p, v = prefix_index(steps, source, m.source), plans[m.line]
+        if kind is None:
+            kind = "all" if v is None else "uncovered, judged with every cell" if v == [] else "selected"
+        sel = [i for i in v if i >= p] if kind == "selected" else None
+        return SnapItem(m.id, m.source, p, sel, kind)
 
-    def progress(job):
-        counts[job.outcome["outcome"]] += 1
+    def competent(m: Mutant) -> bool:
+        if m.source is None:
+            m.source = make_mutant(source, m)
+        if m.source is None:
+            return False
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # e.g. SyntaxWarning for `x is not "best"`: still a mutant
+                compile(m.source, module_file, "exec", dont_inherit=True)
+        except SyntaxError:
+            incompetent.append(m.id)
+            return False
+        return True
+
+    def done(e: dict) -> None:
+        i, o = e["key"], e["outcome"]
+        counts[o["outcome"]] += 1
+        if i in checked and o["outcome"] != "survived":
+            misses.append(i)
+        r = _record(source, tried[i], o)
+        r["cells"] = e["cells"]
+        results.append(r)
         k = sum(counts.values())
         if k % 25 == 0:
             echo(f"  {k} mutants run: {counts['killed']} killed, {counts['survived']} survived, "
                  f"{counts['timeout']} timed out ({(time.monotonic() - t_start) / 60:.1f} min)")
 
-    # A mutant's run is mostly shorter than the unmutated one (the first failing cell stops it). The last 15% of
-    # the budget is kept for judging the survivors of selections again with every cell.
-    reserve = deadline - 0.15 * max(0.0, deadline - time.monotonic())
-    outcome = {j.key: j.outcome for j in run_jobs(jobs(), module_name, workers, timeout, reserve,
-                                                   min(timeout, 1.5 * t0), cwd, progress)}
-    outcome.update(provisional)
-    misses = [i for i in checked if i in outcome and outcome[i]["outcome"] != "survived"]
-    again = [i for i in outcome if outcome[i]["outcome"] == "survived" and
-             (how[i] == "selected" or (how[i] == "uncovered" and misses))]
-    rerun = {j.key: j.outcome for j in run_jobs((Job(i, program(steps, tried[i].source, module_file)) for i in again),
-                                                 module_name, workers, timeout, deadline, min(timeout, t0), cwd)}
-    dropped = [i for i in again if i not in rerun]  # the budget ran out before they were judged with every cell
-    results = []
-    for i, o in outcome.items():
-        if i in dropped:
-            continue
-        r = _record(source, tried[i], rerun.get(i, o))
-        r["cells"] = how[i] + (", then every cell" if i in rerun else "")
+    def judge(items: list[SnapItem]) -> None:
+        snapshots[0] += len({it.prefix for it in items})
+        for e in run_snapshots(items, steps, base, module_file, module_name, workers, timeout, deadline,
+                               min(timeout, 1.5 * t0), cwd, done):
+            if e.get("dropped"):
+                dropped.append(e["key"])
+            elif "error" in e:  # the unmutated prefix failed in its snapshot: judged from scratch
+                [j] = run_jobs([Job(e["key"], program(steps, tried[e["key"]].source, module_file))], module_name, 1,
+                               timeout, deadline, min(timeout, t0), cwd)
+                if j.outcome:
+                    done({"key": j.key, "outcome": j.outcome, "cells": "all"})
+
+    # Rounds: each takes the next mutants in order (claim lines first) that the time left should allow, groups them
+    # by the export cell they change, and judges each group from one snapshot of the cells before that cell.
+    queue, n, per_mutant = iter(mutants), 0, 0.25 * t0 / workers  # a first guess: most mutants die in an early cell
+    while n < limit and time.monotonic() + min(timeout, t0) < deadline:
+        left = deadline - time.monotonic()
+        size = max(4 * workers, int(0.9 * left / per_mutant))
+        batch = []
+        while len(batch) < size and n < limit:
+            m = next(queue, None)
+            if m is None:
+                break
+            if not competent(m):
+                continue
+            n += 1
+            tried[m.id] = m
+            if plans[m.line] == [] and len(checked) >= UNCOVERED_CHECK:
+                how[m.id] = "uncovered"
+                provisional.append(m.id)
+                continue
+            it = item(m)
+            if plans[m.line] == []:
+                checked.append(m.id)
+            how[m.id] = it.kind
+            batch.append(it)
+        if not batch:
+            break
+        t = time.monotonic()
+        judge(batch)
+        per_mutant = max(0.05, (time.monotonic() - t) / len(batch))
+    # An uncovered mutant that was killed means the coverage map missed a cell: judge every such survivor.
+    if misses and provisional:
+        judge([item(tried[i], "uncovered, then every cell") for i in provisional])
+        judged = {r["id"] for r in results}
+        provisional = [i for i in provisional if i not in judged]
+    for i in provisional:
+        r = _record(source, tried[i], {"outcome": "survived", "seconds": 0.0})
+        r["cells"] = "uncovered"
         results.append(r)
+        counts["survived"] += 1
     results.sort(key=lambda r: (r["line"], r["operator"], r["id"]))
     claim_ids = {m.id for m in mutants if m.line in cov.claim_lines}
     test_lines = cov.test_lines() & executable
@@ -836,7 +967,7 @@ def mutate_chapter(notebook: Path, module: Path, module_name: str, out: Path, *,
                           "share": round(len(test_lines) / len(executable), 4) if executable else None},
         "uncovered": {"skipped": sum(r["cells"] == "uncovered" for r in results), "checked": len(checked),
                       "killed_when_checked": len(misses)},
-        "dropped_unconfirmed": len(dropped),
+        "dropped_unconfirmed": len(dropped), "snapshots": snapshots[0],
         "claim_lines": sorted(cov.claim_lines), **cov_info,
         "claim_mutants": {"candidates": len(claim_ids), "tried": sum(r["id"] in claim_ids for r in results),
                           "detected": sum(r["id"] in claim_ids and r["outcome"] != "survived" for r in results)},
