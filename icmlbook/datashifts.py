@@ -9,9 +9,10 @@ import torch
 from sklearn.linear_model import LogisticRegression
 
 # %% auto #0
-__all__ = ['as_sample', 'as_weights', 'SinkhornNotConverged', 'entropic_ot', 'gibbs_plan', 'subsample', 'coupling',
-           'sinkhorn_divergence', 'covariate_shift', 'naive_covariate_shift', 'expected_label_distance',
-           'concept_shift', 'datashifts', 'error_bound', 'classical_shifts', 'classical_bound']
+__all__ = ['as_sample', 'as_weights', 'SinkhornNotConverged', 'entropic_ot', 'gibbs_plan', 'subsample', 'sample_spread',
+           'coupling', 'sinkhorn_divergence', 'covariate_shift', 'naive_covariate_shift', 'expected_label_distance',
+           'concept_shift', 'debiased_concept_shift', 'datashifts', 'error_bound', 'classical_shifts',
+           'classical_bound']
 
 # %% ../nbs/03_datashifts.ipynb #89635779
 def as_sample(x, name: str = "x") -> np.ndarray:
@@ -150,7 +151,7 @@ def entropic_ot(a: np.ndarray,  # source weights, shape (n,), positive, summing 
         raise SinkhornNotConverged(
             f"entropic_ot did not converge: after {it} Sinkhorn iterations at eps = {eps:g} on a {n} x {m} problem the "
             f"plan has mass {mass:.6g} (should be 1) and l1 marginal error {row_err:.3g} (tol = {tol:g}); "
-            f"raise max_iter or eps")
+            f"pass a larger max_iter (now {max_iter}) or eps; entropic_ot, coupling, sinkhorn_divergence and every estimator take both")
     return float(a @ f + b @ g), f, g
 
 _THETA, _STAGE_TOL, _REBUILD_EVERY = 30.0, 1e-2, 200   # truncation (in units of eps), stage accuracy, iterations per kernel
@@ -196,6 +197,14 @@ def _check_seed(seed) -> None:
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
 
+def sample_spread(x1: np.ndarray, x2: np.ndarray,  # prepared samples, shapes (n, d), (m, d)
+                  w1: np.ndarray, w2: np.ndarray,  # their normalised weights, shapes (n,), (m,)
+                  ) -> float:
+    "The spread s of Eq. (datashifts-eq-spread): root-mean-square within-sample deviation per coordinate; 1 if it is 0."
+    var = lambda x, w: float(w @ ((x - w @ x) ** 2).sum(1))          # weighted trace of the covariance
+    s = float(np.sqrt((var(x1, w1) + var(x2, w2)) / (2 * x1.shape[1])))
+    return s if s > 0 else 1.0                                        # two point masses: every eps gives the exact plan
+
 def _check_args(eps, n_max, seed) -> None:
     _check_eps(eps); _check_seed(seed)
     if isinstance(n_max, bool) or not isinstance(n_max, (int, np.integer)):
@@ -224,7 +233,8 @@ def _prepare(x1, x2, w1, w2, y1=None, y2=None, n_max: int = 5000, seed: int = 0)
 # %% ../nbs/03_datashifts.ipynb #063bdf8d
 def coupling(x1, x2,  # input samples, shapes (n, d) and (m, d), numpy or torch
              w1=None, w2=None,  # optional non-negative weights, shapes (n,) and (m,)
-             eps: float = 0.01,  # entropic regularisation, in the units of rho_X
+             eps: float = 0.01,  # entropic regularisation, in the units of rho_X (absolute)
+             max_iter: int = 20_000,  # Sinkhorn iterations allowed (see entropic_ot)
              ) -> np.ndarray:
     "Entropic plan pi between two samples with Euclidean cost, Eq. (datashifts-eq-plan); shape (n, m), rows in input order."
     _check_eps(eps)
@@ -235,7 +245,7 @@ def coupling(x1, x2,  # input samples, shapes (n, d) and (m, d), numpy or torch
     pi = np.zeros((len(x1), len(x2)))
     i, j = a > 0, b > 0                                  # zero-weight points get zero rows/columns
     C = ot.dist(x1[i], x2[j], metric="euclidean")        # C_ij = ||x_i - x'_j||, shape (n+, m+)
-    _, f, g = entropic_ot(a[i], b[j], C, eps)
+    _, f, g = entropic_ot(a[i], b[j], C, eps, max_iter=max_iter)
     pi[np.ix_(i, j)] = gibbs_plan(a[i], b[j], C, f, g, eps)
     return pi
 
@@ -244,10 +254,11 @@ def sinkhorn_divergence(x: np.ndarray,  # first sample, shape (n, d)
                         y: np.ndarray,  # second sample, shape (m, d)
                         a: np.ndarray,  # its weights, shape (n,), positive, summing to 1
                         b: np.ndarray,  # shape (m,)
-                        eps: float = 0.01,
+                        eps: float = 0.01,  # entropic regularisation, in the units of the cost (absolute)
+                        max_iter: int = 20_000,  # Sinkhorn iterations allowed per problem
                         ) -> float:
     "Debiased entropic OT S_eps = OT_eps(a,b) - OT_eps(a,a)/2 - OT_eps(b,b)/2 with Euclidean cost, Eq. (datashifts-eq-sdiv)."
-    ot_eps = lambda p, q, u, v: entropic_ot(u, v, ot.dist(p, q, metric="euclidean"), eps)[0]
+    ot_eps = lambda p, q, u, v: entropic_ot(u, v, ot.dist(p, q, metric="euclidean"), eps, max_iter=max_iter)[0]
     return ot_eps(x, y, a, b) - 0.5 * ot_eps(x, x, a, a) - 0.5 * ot_eps(y, y, b, b)
 
 def _halves(x: np.ndarray, w: np.ndarray, name: str):
@@ -257,30 +268,49 @@ def _halves(x: np.ndarray, w: np.ndarray, name: str):
     h = len(x) // 2
     return (x[:h], w[:h] / w[:h].sum()), (x[h:], w[h:] / w[h:].sum())
 
-def _split_half(x1: np.ndarray, x2: np.ndarray, w1: np.ndarray, w2: np.ndarray, eps: float) -> float:
-    "Eq. (datashifts-eq-split) on two prepared (validated, randomly permuted) weighted samples."
+def _split_half(x1: np.ndarray, x2: np.ndarray, w1: np.ndarray, w2: np.ndarray, eps: float, max_iter: int = 20_000) -> float:
+    "Eq. (datashifts-eq-split) on two prepared (validated, randomly permuted) weighted samples; eps absolute."
     A1, A2 = _halves(x1, w1, "x1")
     B1, B2 = _halves(x2, w2, "x2")
-    S = lambda p, q: sinkhorn_divergence(p[0], q[0], p[1], q[1], eps)   # p = (points, weights)
+    S = lambda p, q: sinkhorn_divergence(p[0], q[0], p[1], q[1], eps, max_iter)   # p = (points, weights)
     v = S(A1, B1) ** 2 / 2 + S(A2, B2) ** 2 / 2 - S(A1, A2) ** 2 / 2 - S(B1, B2) ** 2 / 2
     return float(np.sqrt(abs(v)))
 
+def _half_plans(x1: np.ndarray, x2: np.ndarray, w1: np.ndarray, w2: np.ndarray, eps: float, max_iter: int = 20_000):
+    "The entropic plans of Eq. (datashifts-eq-cptdeb) between the halves (A1,B1), (A2,B2), (A1,A2), (B1,B2), with their index ranges."
+    (h1, n), (h2, m) = (len(x1) // 2, len(x1)), (len(x2) // 2, len(x2))
+    _halves(x1, w1, "x1"); _halves(x2, w2, "x2")                        # the size checks
+    A1, A2, B1, B2 = (slice(0, h1), 0), (slice(h1, n), 0), (slice(0, h2), 1), (slice(h2, m), 1)
+    xs, ws = (x1, x2), (w1, w2)
+    plan = lambda p, q: (p, q, coupling(xs[p[1]][p[0]], xs[q[1]][q[0]], ws[p[1]][p[0]], ws[q[1]][q[0]], eps, max_iter))
+    return [plan(A1, B1), plan(A2, B2), plan(A1, A2), plan(B1, B2)]
+
+def _split_half_concept(plans, y1: np.ndarray, y2: np.ndarray) -> float:
+    "Eq. (datashifts-eq-cptdeb) from the plans of `_half_plans` and the prepared labels, shapes (n, k) and (m, k)."
+    ys = (y1, y2)
+    Q = [float((pi * ot.dist(ys[p[1]][p[0]], ys[q[1]][q[0]])).sum()) for p, q, pi in plans]   # sum_ij pi_ij ||y_i - y'_j||^2
+    v = Q[0] / 2 + Q[1] / 2 - Q[2] / 2 - Q[3] / 2
+    return float(np.sqrt(max(v, 0.0)))
+
 def covariate_shift(x1, x2,  # input samples from A and B, shapes (n, d), (m, d); numpy or torch
                     w1=None, w2=None,  # optional non-negative sample weights, shapes (n,), (m,)
-                    eps: float = 0.01,  # entropic regularisation, in the units of ||x - x'||
+                    eps: float = 0.01,  # entropic regularisation, in units of the spread s of Eq. (datashifts-eq-spread)
                     n_max: int = 5000,  # subsample each side to at most n_max points
                     seed: int = 0,  # seed of the subsample and of the random halves
+                    max_iter: int = 20_000,  # Sinkhorn iterations allowed per problem
                     ) -> float:
-    "Split-half debiased estimate of S_Cov = W_1(P_A, P_B), Eq. (datashifts-eq-split)."
+    "Split-half debiased estimate of S_Cov = W_1(P_A, P_B), Eq. (datashifts-eq-split), at eps * s."
     _check_args(eps, n_max, seed)
     x1, x2, w1, w2, _, _ = _prepare(x1, x2, w1, w2, n_max=n_max, seed=seed)
-    return _split_half(x1, x2, w1, w2, eps)
+    return _split_half(x1, x2, w1, w2, eps * sample_spread(x1, x2, w1, w2), max_iter)
 
-def naive_covariate_shift(x1, x2, w1=None, w2=None, eps: float = 0.01, n_max: int = 5000, seed: int = 0) -> float:
+def naive_covariate_shift(x1, x2, w1=None, w2=None, eps: float = 0.01, n_max: int = 5000, seed: int = 0,
+                          max_iter: int = 20_000) -> float:
     "Plain Sinkhorn estimate of S_Cov: transport cost sum_ij pi_ij ||x_i - x'_j|| of the plan between the full samples."
     _check_args(eps, n_max, seed)
     x1, x2, w1, w2, _, _ = _prepare(x1, x2, w1, w2, n_max=n_max, seed=seed)
-    return float((coupling(x1, x2, w1, w2, eps) * ot.dist(x1, x2, metric="euclidean")).sum())
+    pi = coupling(x1, x2, w1, w2, eps * sample_spread(x1, x2, w1, w2), max_iter)
+    return float((pi * ot.dist(x1, x2, metric="euclidean")).sum())
 
 def expected_label_distance(pi: np.ndarray,  # a coupling of the two samples, shape (n, m)
                             y1, y2,  # labels, shapes (n, k) or (n,), and (m, k) or (m,)
@@ -294,22 +324,32 @@ def expected_label_distance(pi: np.ndarray,  # a coupling of the two samples, sh
     return float((pi * ot.dist(y1, y2, metric="euclidean")).sum())
 
 def concept_shift(x1, x2, y1, y2,  # inputs (n, d), (m, d) and labels (n, k), (m, k) of A and B; numpy or torch
-                  w1=None, w2=None, eps: float = 0.01, n_max: int = 5000, seed: int = 0) -> float:
-    "Estimate of the gamma*-concept shift S_Cpt, Eq. (datashifts-eq-cpthat), from the entropic plan of the full samples."
+                  w1=None, w2=None, eps: float = 0.01, n_max: int = 5000, seed: int = 0, max_iter: int = 20_000) -> float:
+    "The authors' plug-in estimate of the gamma*-concept shift, Eq. (datashifts-eq-cpthat), from the plan of the full samples at eps * s."
     _check_args(eps, n_max, seed)
     x1, x2, w1, w2, y1, y2 = _prepare(x1, x2, w1, w2, y1, y2, n_max=n_max, seed=seed)
-    return expected_label_distance(coupling(x1, x2, w1, w2, eps), y1, y2)
+    return expected_label_distance(coupling(x1, x2, w1, w2, eps * sample_spread(x1, x2, w1, w2), max_iter), y1, y2)
+
+def debiased_concept_shift(x1, x2, y1, y2,  # inputs (n, d), (m, d) and labels (n, k), (m, k) of A and B; numpy or torch
+                           w1=None, w2=None, eps: float = 0.01, n_max: int = 5000, seed: int = 0,
+                           max_iter: int = 20_000) -> float:
+    "Split-half debiased concept-shift estimate of Eq. (datashifts-eq-cptdeb) (ours): the within-domain terms removed."
+    _check_args(eps, n_max, seed)
+    x1, x2, w1, w2, y1, y2 = _prepare(x1, x2, w1, w2, y1, y2, n_max=n_max, seed=seed)
+    return _split_half_concept(_half_plans(x1, x2, w1, w2, eps * sample_spread(x1, x2, w1, w2), max_iter), y1, y2)
 
 def datashifts(x1, x2, y1, y2,  # inputs (n, d), (m, d) and labels (n, k), (m, k) of A and B; numpy or torch
                w1=None, w2=None,  # optional non-negative sample weights, shapes (n,), (m,)
-               eps: float = 0.01,  # entropic regularisation, in the units of ||x - x'||
+               eps: float = 0.01,  # entropic regularisation, in units of the spread s of Eq. (datashifts-eq-spread)
                n_max: int = 5000,  # subsample each side to at most n_max points
                seed: int = 0,  # seed of the subsample and of the random halves
+               max_iter: int = 20_000,  # Sinkhorn iterations allowed per problem
                ) -> tuple[float, float]:
-    "The DataShifts estimates (S_Cov, S_Cpt) of Eqs. (datashifts-eq-split) and (datashifts-eq-cpthat) on one common subsample."
+    "The authors' DataShifts estimates (S_Cov, S_Cpt) of Eqs. (datashifts-eq-split) and (datashifts-eq-cpthat) on one common subsample."
     _check_args(eps, n_max, seed)
     x1, x2, w1, w2, y1, y2 = _prepare(x1, x2, w1, w2, y1, y2, n_max=n_max, seed=seed)
-    return _split_half(x1, x2, w1, w2, eps), expected_label_distance(coupling(x1, x2, w1, w2, eps), y1, y2)
+    e = eps * sample_spread(x1, x2, w1, w2)
+    return _split_half(x1, x2, w1, w2, e, max_iter), expected_label_distance(coupling(x1, x2, w1, w2, e, max_iter), y1, y2)
 
 # %% ../nbs/03_datashifts.ipynb #0843d21b
 def _nonneg(v, name: str) -> float:

@@ -422,7 +422,7 @@ def train_see_emotion(model: nn.Module,
     if lambda_rec and (faces is None or ae is None or norm is None):
         raise ValueError("lambda_rec > 0 needs faces, ae and norm")
     g = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, foreach=True)   # foreach: the same numbers, faster
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, horizon)
     losses = []
     for step in range(1, steps + 1):
@@ -436,7 +436,7 @@ def train_see_emotion(model: nn.Module,
             rec_t = faces[idx].flatten(0, 1)[flat]
         out = felb_loss(logits, y[idx], lat, None if target is None else target[idx], rec, rec_t, lambda_lat, lambda_rec)
         opt.zero_grad(); out["loss"].backward()
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
         opt.step(); sched.step()
         losses.append(out["loss"].item())
         if callback is not None:
