@@ -24,7 +24,7 @@ __all__ = ['OMEGAS', 'IMAGE_SIZE', 'PATCH', 'PHASE_WEIGHTS', 'PHASE_GAMMA', 'loa
            'alignment_loss', 'TransformerBlock', 'causal_mask', 'SpatialTemporalTransformer', 'ResidualMLP',
            'HPCModule', 'MECModule', 'InverseModel', 'ForwardBlock', 'ForwardDynamics', 'check_period', 'rollout',
            'HPCMECWorldModel', 'phase_losses', 'phase_loss', 'train_phases', 'FramePredictor', 'train_frame_predictor',
-           'clip_features', 'omega_probe', 'identity_probe', 'RingCANN']
+           'clip_features', 'omega_probe', 'paired_difference', 'identity_probe', 'RingCANN', 'AttractorForward']
 
 # %% ../nbs/19_hpc_mec.ipynb #963245910010
 OMEGAS = (-30.0, -15.0, 15.0, 30.0)  # angular velocities, degrees per frame
@@ -113,36 +113,28 @@ def alignment_loss(target: torch.Tensor, pred: torch.Tensor) -> torch.Tensor:
 
 # %% ../nbs/19_hpc_mec.ipynb #2b684dc40018
 def _to_patches(x: torch.Tensor, patch: int) -> torch.Tensor:
-    "(B, T, C, H, W) -> (B, T, N, C p p), N = (H / p)(W / p) patches in row-major order."
+    "(B, T, C, H, W) -> (B, T, N, C p p), N = (H / p)(W / p) patches in row-major order (torch's `unfold`)."
     B, T, C, H, W = x.shape
-    x = x.reshape(B, T, C, H // patch, patch, W // patch, patch)
-    return x.permute(0, 1, 3, 5, 2, 4, 6).reshape(B, T, (H // patch) * (W // patch), C * patch * patch)
+    cols = F.unfold(x.reshape(B * T, C, H, W), kernel_size=patch, stride=patch)           # (B T, C p p, N)
+    return cols.transpose(1, 2).reshape(B, T, -1, C * patch * patch)
 
 def _from_patches(x: torch.Tensor, patch: int, C: int, H: int, W: int) -> torch.Tensor:
-    "(B, T, N, C p p) -> (B, T, C, H, W), the inverse of `_to_patches`."
+    "(B, T, N, C p p) -> (B, T, C, H, W), the inverse of `_to_patches` (torch's `fold`)."
     B, T = x.shape[:2]
-    x = x.reshape(B, T, H // patch, W // patch, C, patch, patch)
-    return x.permute(0, 1, 4, 2, 5, 3, 6).reshape(B, T, C, H, W)
+    cols = x.reshape(B * T, -1, C * patch * patch).transpose(1, 2)                       # (B T, C p p, N)
+    return F.fold(cols, (H, W), kernel_size=patch, stride=patch).reshape(B, T, C, H, W)
 
-class TransformerBlock(nn.Module):
-    "Pre-LN transformer block: x + Attn(LN x), then x + FF(LN x), FF = Linear(2d), GELU, Linear; `mask` is added to the attention logits."
+class TransformerBlock(nn.TransformerEncoderLayer):
+    """Pre-LN transformer block, torch's `TransformerEncoderLayer(norm_first=True)` without dropout: x + Attn(LN x), then
+    x + FF(LN x), FF = Linear(2d), GELU, Linear; `mask` is added to the attention logits."""
     def __init__(self, dim: int, heads: int = 2):
-        super().__init__()
+        super().__init__(dim, heads, dim_feedforward=2 * dim, dropout=0.0, activation="gelu", batch_first=True, norm_first=True)
         self.heads = heads
-        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.ff = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
 
     def forward(self, x: torch.Tensor,  # (B, L, d)
                 mask: torch.Tensor | None = None,  # (L, L), 0 where allowed and -inf where not
                 ) -> torch.Tensor:
-        B, L, d = x.shape
-        q, k, v = self.qkv(self.norm1(x)).reshape(B, L, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        a = q @ k.transpose(-1, -2) / np.sqrt(d // self.heads)                        # (B, heads, L, L)
-        if mask is not None:
-            a = a + mask
-        x = x + self.proj((a.softmax(-1) @ v).transpose(1, 2).reshape(B, L, d))
-        return x + self.ff(self.norm2(x))
+        return super().forward(x, src_mask=mask)
 
 def causal_mask(T: int) -> torch.Tensor:
     "(T, T) additive mask: 0 on and below the diagonal (frame t sees frames <= t), -inf above."
@@ -237,16 +229,19 @@ class MECModule(nn.Module):
 
 # %% ../nbs/19_hpc_mec.ipynb #9df5245b0023
 class InverseModel(nn.Module):
-    "z_t = MLP(g_{t+1} - g_t), per patch, Eq. (hm-eq-inverse): a Linear, residual [LN, ReLU, Linear] blocks, LN, ReLU, Linear."
-    def __init__(self, n_patches: int, g_dim: int, z_dim: int = 4, hidden: int = 16, depth: int = 2):
+    """z_t = MLP(g_{t+1} - g_t), Eq. (hm-eq-inverse): a Linear, residual [LN, ReLU, Linear] blocks, LN, ReLU, Linear.
+    `per_patch=True` (the release): one z per patch, read off that patch's difference; `per_patch=False`: one z per
+    transition, read off the whole frame's difference (N g_dim inputs), as in a flat latent-action model."""
+    def __init__(self, n_patches: int, g_dim: int, z_dim: int = 4, hidden: int = 16, depth: int = 2, per_patch: bool = True):
         super().__init__()
-        self.n_patches = n_patches
-        self.net = ResidualMLP(g_dim, hidden, z_dim, depth)
+        self.n_patches, self.per_patch = n_patches, per_patch
+        self.net = ResidualMLP(g_dim if per_patch else n_patches * g_dim, hidden, z_dim, depth)
 
     def forward(self, g_prev: torch.Tensor, g_next: torch.Tensor,  # (B, T', N dg) each
                 ) -> torch.Tensor:
-        d = (g_next - g_prev).reshape(*g_prev.shape[:2], self.n_patches, -1)              # (B, T', N, dg)
-        return self.net(d)                                                               # z, (B, T', N, dz)
+        B, T = g_prev.shape[:2]
+        d = (g_next - g_prev).reshape(B, T, self.n_patches if self.per_patch else 1, -1)  # (B, T', N, dg) or (B, T', 1, N dg)
+        return self.net(d)                                                               # z, (B, T', N or 1, dz)
 
 class ForwardBlock(nn.Module):
     "Pre-LN residual MLP block x + FF(LN x), FF = Linear(4x), GELU, Dropout, Linear, Dropout."
@@ -269,8 +264,9 @@ class ForwardDynamics(nn.Module):
         self.delta_proj = nn.Sequential(nn.LayerNorm(g_dim), nn.Linear(g_dim, g_dim), nn.GELU(), nn.Linear(g_dim, g_dim))
 
     def forward(self, g: torch.Tensor,  # (B, T', N dg)
-                z: torch.Tensor,  # (B, T', N, dz)
+                z: torch.Tensor,  # (B, T', N, dz), or (B, T', 1, dz): one z per transition, given to every patch
                 ) -> torch.Tensor:
+        z = z.expand(*z.shape[:2], self.n_patches, z.shape[-1])
         h = self.init_proj(torch.cat([g.reshape(*g.shape[:2], self.n_patches, -1), z], -1))
         for blk in self.blocks:
             h = h + blk(h)                                                               # as released: the block is itself residual
@@ -310,17 +306,25 @@ def rollout(forward: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],  # (g
 class HPCMECWorldModel(nn.Module):
     """The HPC-MEC world model (the authors' Inverse_World_model): HPC tokens p, MEC grid codes g, z_t = inv(g_{t+1} - g_t)
     on detached g, rollout g^_{t+1} = g + F(g, z_t), frames s^ = dec_HPC(dec_MEC(g^)). With `mec=False` it is the
-    flat latent-action baseline: the same code with the MEC replaced by the identity (g = p, dec_MEC = identity)."""
+    flat latent-action baseline: the MEC replaced by the identity (g = p, dec_MEC = identity), one z of N z_dim numbers
+    per transition read off the whole frame by an inverse model of width `flat_hidden` (the default gives it the
+    HPC-MEC's parameter count), and given to the forward model at every patch. With `attractor` (a `RingCANN` of
+    `mec_dim` neurons) the HPC-MEC's forward model is the ring attractor driven by z (`AttractorForward`), not the MLP."""
     def __init__(self, image_size: int = IMAGE_SIZE, patch: int = PATCH, hpc_dim: int = 32, mec_dim: int = 16,
                  z_dim: int = 4, mec: bool = True, mec_hidden: int = 192, forward_depth: int = 2, inverse_hidden: int = 16,
-                 max_T: int = 16):
+                 max_T: int = 16, flat_hidden: int = 343,
+                 attractor: nn.Module | None = None):  # a RingCANN of mec_dim neurons: the MEC path-integrates with it (AttractorForward)
         super().__init__()
         self.hpc = HPCModule(image_size, patch, 1, hpc_dim, 1, max_T)
         N = self.hpc.n_patches
         self.mec = MECModule(N, hpc_dim, mec_dim, mec_hidden, 2, max_T) if mec else None
-        g_dim = mec_dim if mec else hpc_dim
-        self.inverse = InverseModel(N, g_dim, z_dim, inverse_hidden)
-        self.forward_dynamics = ForwardDynamics(N, g_dim, z_dim, forward_depth)
+        if mec:
+            self.inverse = InverseModel(N, mec_dim, z_dim, inverse_hidden)
+            self.forward_dynamics = (ForwardDynamics(N, mec_dim, z_dim, forward_depth) if attractor is None
+                                     else AttractorForward(N, mec_dim, z_dim, attractor))
+        else:
+            self.inverse = InverseModel(N, hpc_dim, N * z_dim, flat_hidden, per_patch=False)
+            self.forward_dynamics = ForwardDynamics(N, hpc_dim, N * z_dim, forward_depth)
 
     def encode(self, x: torch.Tensor,  # clips, (B, T, 1, H, W)
                ) -> dict:
@@ -342,7 +346,7 @@ class HPCMECWorldModel(nn.Module):
         return p, self.hpc.hidden2frame(p)
 
     def latent_actions(self, g: torch.Tensor) -> torch.Tensor:
-        "z_t = inv(g_t, g_{t+1}) on detached latents, Eq. (hm-eq-inverse); (B, T-1, N, dz)."
+        "z_t = inv(g_t, g_{t+1}) on detached latents, Eq. (hm-eq-inverse); (B, T-1, N, dz), flat: (B, T-1, 1, N dz)."
         return self.inverse(g[:, :-1].detach(), g[:, 1:].detach())
 
     def _generate(self, res: dict, z: torch.Tensor, period) -> dict:
@@ -420,15 +424,25 @@ def train_phases(model: HPCMECWorldModel,
                  x: torch.Tensor,  # training clips, (n, T, 1, H, W)
                  steps: tuple[int, int, int] = (300, 300, 300),  # optimiser steps of phases 1, 2, 3
                  lr: float = 1e-3, batch: int = 32, seed: int = 0, weight_decay: float = 1e-4, clip: float = 0.1,
+                 val: Callable[[HPCMECWorldModel], float] | None = None,  # validation score (lower is better) for early stopping
+                 every: int = 10,  # validate every `every` steps of phases 2 and 3, and at the end of each
+                 patience: int | None = None,  # stop phase 3 once this many checks in a row have not improved on the best
                  ) -> list[float]:
     """The three-phase trainer: (1) HPC + MEC on reconstruction and regularisers; (2) HPC and MEC frozen, inverse and
     forward models trained with teacher forcing (period 1); (3) everything trained on pure rollouts (period None).
-    AdamW with cosine decay to lr / 10 in each phase, gradient norm clipped at `clip`. Returns the loss of every step."""
+    AdamW with cosine decay to lr / 10 in each phase, gradient norm clipped at `clip`. Returns the loss of every step.
+    With `val`, early stopping: the model is scored (in eval mode, without gradients) every `every` steps of phases 2
+    and 3, the curve is kept in `model.val_curve` = (steps, scores), and the best-scoring state is restored at the end;
+    with `patience`, phase 3 also stops once `patience` checks in a row have not improved on the best score."""
     if len(steps) != 3 or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0 for s in steps):
         raise ValueError(f"steps must be three ints >= 0, got {steps!r}")
     if not lr > 0:
         raise ValueError(f"lr must be positive, got {lr!r}")
+    check_int(every, "every", 1)
+    if patience is not None:
+        check_int(patience, "patience", 1)
     rng, hist = np.random.default_rng(seed), []
+    curve, best, since = ([], []), (float("inf"), None), 0
     torch.manual_seed(seed)
     dyn = [model.inverse, model.forward_dynamics]
     rep = [model.hpc] + ([model.mec] if model.mec is not None else [])
@@ -451,7 +465,23 @@ def train_phases(model: HPCMECWorldModel,
             torch.nn.utils.clip_grad_norm_(params, clip)
             opt.step(); sched.step()
             hist.append(loss.item())
+            k = len(hist) - sum(steps[:phase - 1])                                       # step within the phase
+            if val is not None and phase > 1 and (k % every == 0 or k == n_steps):
+                model.eval()
+                with torch.no_grad():
+                    score = float(val(model))
+                model.train()
+                curve[0].append(len(hist)); curve[1].append(score)
+                since += 1
+                if score < best[0]:
+                    best, since = (score, {n: v.detach().clone() for n, v in model.state_dict().items()}), 0
+                if phase == 3 and patience is not None and since >= patience:
+                    break
     model.requires_grad_(True).eval()
+    if val is not None:
+        model.val_curve = curve
+        if best[1] is not None:
+            model.load_state_dict(best[1])
     return hist
 
 # %% ../nbs/19_hpc_mec.ipynb #d947f53d0038
@@ -516,6 +546,18 @@ def omega_probe(feat_train: np.ndarray, omega_train: np.ndarray,  # probe-traini
     if len(feat_train) != len(omega_train) or len(feat_test) != len(omega_test):
         raise ValueError("features and omegas must have matching lengths")
     return float(r2_score(omega_test, LinearRegression().fit(feat_train, omega_train).predict(feat_test)))
+
+def paired_difference(a: np.ndarray,  # one error per clip under the first condition, (m,)
+                      b: np.ndarray,  # the same clips' errors under the second condition, (m,)
+                      ) -> tuple[float, float]:
+    "Mean of the paired per-clip difference b - a and its standard error sd(b - a, ddof=1) / sqrt(m)."
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.ndim != 1 or a.shape != b.shape:
+        raise ValueError(f"a and b must be 1-D with the same shape, got {a.shape} and {b.shape}")
+    if len(a) < 2:
+        raise ValueError(f"a and b need at least 2 clips, got {len(a)}")
+    d = b - a
+    return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))
 
 def identity_probe(feat: np.ndarray,  # features of clips of unseen digits, (m, k)
                    digit: np.ndarray,  # digit of each clip, (m,)
@@ -593,3 +635,26 @@ class RingCANN(nn.Module):
         "A bump made by driving the ring with `bump_input(centre)` for `steps` steps from u = 0, then letting it relax as long; (1, n)."
         u = self.run(torch.zeros(1, self.n, dtype=torch.float64), steps, inp=self.bump_input(centre, strength))[-1]
         return self.run(u, steps)[-1]
+
+# %% ../nbs/19_hpc_mec.ipynb #c3e5a7b90145
+class AttractorForward(nn.Module):
+    """Delta g from a ring attractor, Eqs. (hm-eq-cann)-(hm-eq-cann-rate): each patch's grid code is the state u >= 0 of
+    `ring` (n = g_dim neurons), z_t sets the velocity v = tanh(w . z_t + b), and Delta g = ring^steps(u; v) - g."""
+    def __init__(self, n_patches: int, g_dim: int, z_dim: int, ring: RingCANN, steps: int = 5):
+        super().__init__()
+        if ring.n != g_dim:
+            raise ValueError(f"the ring must have g_dim ({g_dim}) neurons, got {ring.n}")
+        check_int(steps, "steps", 1)
+        self.n_patches, self.ring, self.steps = n_patches, ring, steps
+        self.velocity = nn.Linear(z_dim, 1)
+
+    def forward(self, g: torch.Tensor,  # (B, T', N dg)
+                z: torch.Tensor,  # (B, T', N, dz) or (B, T', 1, dz)
+                ) -> torch.Tensor:
+        z = z.expand(*z.shape[:2], self.n_patches, z.shape[-1])
+        u = F.relu(g.reshape(*g.shape[:2], self.n_patches, -1)).double()                 # ring states, (B, T', N, dg)
+        v = torch.tanh(self.velocity(z)).double()                                         # velocities, (B, T', N, 1)
+        for _ in range(self.steps):
+            u = self.ring.step(u, v)
+        return u.to(g.dtype).reshape(g.shape) - g                                         # Delta g, (B, T', N dg)
+
