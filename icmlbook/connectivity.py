@@ -16,14 +16,15 @@ from torch import Tensor, nn
 from transformers import RobertaPreLayerNormConfig, RobertaPreLayerNormModel
 
 from .core import Timer, num_threads, progress
-from .core import check_int
+from .core import check_int, check_number
 
 
 # %% auto #0
-__all__ = ['WITHIN_FAMILIES', 'as_adjacency', 'add_self_loops', 'reach_within', 'connectivity_matrix', 'reachability_bfs',
-           'max_component_diameter', 'sample_graphs', 'ood_families', 'DisentangledTransformer', 'hand_set_algorithm',
-           'without_heuristic_channel', 'StandardGraphTransformer', 'train', 'exact_match', 'AlwaysConnected',
-           'exact_match_by_diameter', 'benchmark_reachability']
+__all__ = ['WITHIN_FAMILIES', 'RECIPES', 'as_adjacency', 'add_self_loops', 'reach_within', 'connectivity_matrix',
+           'reachability_bfs', 'max_component_diameter', 'sample_graphs', 'ood_families', 'DisentangledTransformer',
+           'hand_set_algorithm', 'without_heuristic_channel', 'StandardGraphTransformer', 'lr_factor', 'train',
+           'cross_entropy', 'ConstantPredictor', 'exact_match', 'AlwaysConnected', 'exact_match_by_diameter',
+           'benchmark_reachability']
 
 # %% ../nbs/01_connectivity.ipynb #14ad5ae1
 def as_adjacency(A: Tensor | np.ndarray,  # adjacency matrix or batch, shape (n, n) or (B, n, n), entries in {0, 1}
@@ -138,10 +139,10 @@ def sample_graphs(n: int,  # number of vertices
                   p_range: tuple[float, float] = (0.05, 0.3),  # edge probability p ~ U[p_range] per graph
                   max_diam: int | None = None,  # keep only graphs with D(A) <= max_diam (capacity 3^L)
                   beyond_frac: float = 0.0,  # fraction of graphs with a component of diameter > max_diam
-                  seed: int = 0,
+                  seed: int = 0,  # seeds the draws (np.random.default_rng)
                   ) -> Tensor:
     "Erdős–Rényi graphs with self-loops and diameter control; (num, n, n) float32, shuffled."
-    n, num = check_int(n, "n", 2), check_int(num, "num", lo=1)
+    n, num, seed = check_int(n, "n", 2), check_int(num, "num", lo=1), check_int(seed, "seed", lo=0)
     if not (len(p_range) == 2 and 0 <= p_range[0] <= p_range[1] <= 1):
         raise ValueError(f"p_range must be (lo, hi) with 0 <= lo <= hi <= 1, got {p_range!r}")
     if not 0 <= beyond_frac <= 1:
@@ -185,12 +186,14 @@ def _random_tree_edges(k: int, max_diam: int, rng: np.random.Generator) -> list[
 def ood_families(n: int,  # number of vertices (n >= 3^L + 2)
                  L: int,  # number of layers: capacity 3^L
                  num: int = 100,  # graphs per family
-                 seed: int = 0,
+                 seed: int = 0,  # seeds the draws (np.random.default_rng)
+                 cap: int | None = None,  # diameter cap of the within families (default: the capacity 3^L)
                  ) -> dict[str, Tensor]:
-    "Out-of-distribution test families within capacity (WITHIN_FAMILIES) and 'beyond' chains; each (num, n, n)."
+    "Out-of-distribution test families of diameter <= cap (WITHIN_FAMILIES) and 'beyond' chains of diameter > cap; each (num, n, n)."
     n, L, num = check_int(n, "n", 2), check_int(L, "L", lo=1), check_int(num, "num", lo=1)
-    cap = 3 ** L
-    if cap + 2 > n: raise ValueError(f"n must be >= 3**L + 2 = {cap + 2} for beyond-capacity chains, got n={n}")
+    seed = check_int(seed, "seed", lo=0)
+    cap = 3 ** L if cap is None else check_int(cap, "cap", lo=1)
+    if cap + 2 > n: raise ValueError(f"n must be >= cap + 2 = {cap + 2} for beyond-capacity chains (cap = 3**L by default), got n={n}")
     rng = np.random.default_rng(seed)
 
     def groups(lo, hi, fill):
@@ -230,7 +233,7 @@ class DisentangledTransformer(nn.Module):
         if not (a0 > 0 and b0 > 0): raise ValueError(f"a0 and b0 must be > 0, got a0={a0}, b0={b0}")
         self.param = param
         # seeded initialisation: a_l, b_l times exp(0.2 z), w_k = 1 + 0.2 z, z ~ N(0, 1); still a_l I + b_l J
-        gen = torch.Generator().manual_seed(seed) if seed is not None else None
+        gen = torch.Generator().manual_seed(check_int(seed, "seed", lo=0)) if seed is not None else None
         jitter = lambda m: 0.2 * torch.randn(m, generator=gen) if gen is not None else torch.zeros(m)
         log_a, log_b = math.log(a0) + jitter(L), math.log(b0) + jitter(L)  # (L,), (L,)
         if param == "channel":
@@ -336,28 +339,56 @@ class StandardGraphTransformer(nn.Module):
         return out if A.dim() == 3 else out[0]
 
 # %% ../nbs/01_connectivity.ipynb #332eaf1d
+RECIPES = ("adam", "adamw-cosine")  # the optimisers `train` knows
+
+def lr_factor(step: int,  # optimiser step, 0-based
+              steps: int,  # total steps of the run
+              warmup: int,  # linear warm-up steps, 1 <= warmup <= steps
+              ) -> float:
+    "Learning-rate multiplier of the 'adamw-cosine' recipe: linear warm-up to 1 over `warmup` steps, then cosine decay to 0 at `steps`."
+    step, steps = check_int(step, "step", lo=0), check_int(steps, "steps", lo=1)
+    warmup = check_int(warmup, "warmup", lo=1, hi=steps)
+    if step < warmup: return (step + 1) / warmup
+    return 0.5 * (1.0 + math.cos(math.pi * min(step - warmup, steps - warmup) / max(steps - warmup, 1)))
+
 def train(model: nn.Module,  # DisentangledTransformer or StandardGraphTransformer
           graphs: Tensor,  # training graphs with self-loops, (N, n, n)
-          steps: int = 800,  # Adam steps
-          lr: float = 0.05,  # Adam learning rate
+          steps: int = 800,  # optimiser steps (the most; early stopping may keep an earlier state)
+          lr: float = 0.05,  # (peak) learning rate
           batch_size: int = 64,
           seed: int = 0,  # seeds the mini-batch draws
-          record_every: int = 10,  # record loss and channels every this many steps
+          record_every: int = 10,  # record loss, channels (and validation loss) every this many steps
           desc: str | None = None,  # progress-bar label
+          recipe: str = "adam",  # "adam": Adam, constant lr; "adamw-cosine": AdamW (weight decay 0.01), 10% warm-up, cosine decay, gradient norm clipped at 1
+          val: Tensor | None = None,  # validation graphs (M, n, n): early stopping at the lowest validation cross-entropy
           ) -> dict[str, list]:
-    "Minimise BCE(sigmoid(R-hat), R) over all n^2 entries with Adam on one CPU thread; returns the history {step, loss, a, b}."
+    """Minimise BCE(sigmoid(R-hat), R) over all n^2 entries (R-hat of Eq. connectivity-eq-readout) on one CPU thread; returns
+    the history {step, loss, a, b} (+ val_loss, best_step with `val`). With `val` the model ends at its recorded state of
+    lowest validation cross-entropy (the earliest on ties)."""
     graphs = as_adjacency(graphs, self_loops=True, name="graphs")
     if graphs.dim() != 3: raise ValueError(f"graphs must have shape (N, n, n), got {tuple(graphs.shape)}")
     steps, batch_size = check_int(steps, "steps", lo=1), check_int(batch_size, "batch_size", lo=1)
-    if not lr > 0: raise ValueError(f"lr must be > 0, got {lr}")
+    seed, record_every = check_int(seed, "seed", lo=0), check_int(record_every, "record_every", lo=1)
+    lr = check_number(lr, "lr", lo=0, lo_open=True)
+    if recipe not in RECIPES: raise ValueError(f"recipe must be one of {RECIPES}, got {recipe!r}")
+    if val is not None:
+        val = as_adjacency(val, self_loops=True, name="val")
+        if val.dim() != 3 or val.shape[-1] != graphs.shape[-1]:
+            raise ValueError(f"val must have shape (M, {graphs.shape[-1]}, {graphs.shape[-1]}), got {tuple(val.shape)}")
     targets = connectivity_matrix(graphs)
     with num_threads(1):  # the tensors are tiny: on a shared CPU thread start-up dominates every step
-        return _train_loop(model, graphs, targets, steps, lr, batch_size, seed, record_every, desc)
+        return _train_loop(model, graphs, targets, steps, lr, batch_size, seed, record_every, desc, recipe, val)
 
-def _train_loop(model, graphs, targets, steps, lr, batch_size, seed, record_every, desc) -> dict[str, list]:
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+def _train_loop(model, graphs, targets, steps, lr, batch_size, seed, record_every, desc, recipe, val) -> dict[str, list]:
+    if recipe == "adam":
+        opt, sched = torch.optim.Adam(model.parameters(), lr=lr), None
+    else:
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+        warmup = max(1, round(0.1 * steps))
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(min(s, steps), steps, warmup))
     gen = torch.Generator().manual_seed(seed)
     hist = {"step": [], "loss": [], "a": [], "b": []}
+    if val is not None: val_targets, hist["val_loss"], best = connectivity_matrix(val), [], (math.inf, 0, None)
     for step in progress(range(steps + 1), desc=desc):
         idx = torch.randint(len(graphs), (batch_size,), generator=gen)
         loss = F.binary_cross_entropy_with_logits(model(graphs[idx]), targets[idx])
@@ -365,9 +396,46 @@ def _train_loop(model, graphs, targets, steps, lr, batch_size, seed, record_ever
             hist["step"].append(step); hist["loss"].append(loss.item())
             if isinstance(model, DisentangledTransformer):
                 ch = model.channels(); hist["a"].append(ch["a"].tolist()); hist["b"].append(ch["b"].tolist())
+            if val is not None:
+                v = cross_entropy(model, val, val_targets)
+                hist["val_loss"].append(v)
+                if v < best[0]: best = (v, step, copy.deepcopy(model.state_dict()))
         if step == steps: break
-        opt.zero_grad(); loss.backward(); opt.step()
+        opt.zero_grad(); loss.backward()
+        if recipe == "adamw-cosine": nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if sched is not None: sched.step()
+    if val is not None:
+        model.load_state_dict(best[2]); hist["best_step"] = best[1]
     return hist
+
+@torch.no_grad()
+def cross_entropy(model: nn.Module,  # a model returning logits R-hat
+                  A,  # graphs with self-loops, (B, n, n)
+                  R: Tensor | None = None,  # reachability (B, n, n); computed with connectivity_matrix if None
+                  ) -> float:
+    "Mean binary cross-entropy BCE(sigmoid(R-hat), R) over all B n^2 entries (the training loss, Eq. connectivity-eq-readout)."
+    A = as_adjacency(A, self_loops=True)
+    R = connectivity_matrix(A) if R is None else R
+    if R.shape != A.shape: raise ValueError(f"R must have the shape of A {tuple(A.shape)}, got {tuple(R.shape)}")
+    return F.binary_cross_entropy_with_logits(model(A), R).item()
+
+class ConstantPredictor(nn.Module):
+    "The null that ignores the graph: one logit for every pair, log(s / (1 - s)) for the share s of connected pairs in its training graphs."
+    def __init__(self, share: float,  # share s of connected pairs (i, j) in the training graphs, 0 < s < 1
+                 ):
+        super().__init__()
+        self.share = check_number(share, "share", lo=0, hi=1, lo_open=True, hi_open=True)
+        self.logit = math.log(self.share / (1.0 - self.share))  # the cross-entropy minimiser among constant logits
+
+    @classmethod
+    def fit(cls, graphs) -> "ConstantPredictor":
+        "The constant predictor of training graphs (B, n, n) with self-loops."
+        graphs = as_adjacency(graphs, self_loops=True, name="graphs")
+        return cls(connectivity_matrix(graphs).mean().item())
+
+    def forward(self, A) -> Tensor:
+        return torch.full_like(as_adjacency(A, self_loops=True), self.logit)  # (B, n, n) or (n, n)
 
 @torch.no_grad()
 def exact_match(model: nn.Module,  # a model returning logits R-hat
@@ -389,12 +457,14 @@ class AlwaysConnected(nn.Module):
 @torch.no_grad()
 def exact_match_by_diameter(model: nn.Module,  # a model returning logits R-hat
                             A,  # graphs with self-loops, (B, n, n)
+                            D: Tensor | None = None,  # their diameters D(A), shape (B,), if already computed
                             ) -> dict[int, tuple[float, int]]:
     "Exact match grouped by D(A), the largest component diameter: {D: (exact match, number of graphs)}, D ascending."
     A = as_adjacency(A, self_loops=True)
     if A.dim() != 3: raise ValueError(f"A must have shape (B, n, n), got {tuple(A.shape)}")
     right = ((model(A) > 0) == (connectivity_matrix(A) > 0)).flatten(-2).all(-1)  # (B,)
-    D = max_component_diameter(A)
+    D = max_component_diameter(A) if D is None else D
+    if D.shape != right.shape: raise ValueError(f"D must have shape ({len(A)},), got {tuple(D.shape)}")
     return {int(d): (right[D == d].float().mean().item(), int((D == d).sum())) for d in D.unique()}
 
 # %% ../nbs/01_connectivity.ipynb #89074814
@@ -406,8 +476,8 @@ def benchmark_reachability(sizes: Sequence[int] = (100, 250, 500, 1000),  # numb
                            ) -> list[dict]:
     """Best-of-`repeats` wall times (s) of repeated squaring and scipy BFS for reachability; one row per case, results
     checked equal. For the batch, `bfs_s` is one scipy call on the block-diagonal union, `bfs_loop_s` one call per graph."""
+    repeats, seed = check_int(repeats, "repeats", lo=1), check_int(seed, "seed", lo=0)
     rng = np.random.default_rng(seed)
-    repeats = check_int(repeats, "repeats", lo=1)
     cases = [(1, n, torch.from_numpy(_erdos_renyi(n, 1, (avg_degree / n,) * 2, rng)[0])) for n in sizes]
     cases.append((batch[0], batch[1], torch.from_numpy(_erdos_renyi(batch[1], batch[0], (0.05, 0.3), rng))))
 
