@@ -36,8 +36,6 @@ MODULE_NAME = "mutfix_mod"
 
 
 def notebook(tests: str = TESTS) -> dict:
-    def code(src, i=None):
-        return {"cell_type": "code", "metadata": {}, "outputs": [], "source": src, **({"id": i} if i else {})}
     md = lambda src: {"cell_type": "markdown", "metadata": {}, "source": src}  # noqa: E731
     return {"cells": [
         md("# Fixture"),
@@ -324,19 +322,29 @@ COV_TESTS = [
 COV_NAME = "mutcov_mod"
 
 
-def cov_chapter(tmp_path, experiment="from mutcov_mod import claim\nassert claim(2) == 3"):
-    def code(src, i=None):
-        return {"cell_type": "code", "metadata": {}, "outputs": [], "source": src, **({"id": i} if i else {})}
-    cells = [code("#| default_exp cov"), code("#| export\nSCALE = 2\n...", "k1")] + [code(t) for t in COV_TESTS] + [
-        {"cell_type": "markdown", "metadata": {}, "source": "## Experiment"},
-        code("def helper():\n    return 1"), code(experiment)]
+def code(src, i=None):
+    "A code cell of a fixture notebook (with cell id `i`, for export cells)."
+    return {"cell_type": "code", "metadata": {}, "outputs": [], "source": src, **({"id": i} if i else {})}
+
+
+EXPERIMENT_MD = {"cell_type": "markdown", "metadata": {}, "source": "## Experiment"}
+
+
+def fake_chapter(tmp_path, slug: str, cells: list, module: str):
+    "A fake repository with one chapter: settings.ini, nbs/01_<slug>.ipynb with `cells`, icmlbook/<slug>.py."
     (tmp_path / "settings.ini").write_text("[DEFAULT]\nlib_name = icmlbook\ntst_flags = slow\n")
     for d in ("nbs", "icmlbook"):
         (tmp_path / d).mkdir()
-    nb, mod = tmp_path / "nbs" / "01_cov.ipynb", tmp_path / "icmlbook" / "cov.py"
+    nb, mod = tmp_path / "nbs" / f"01_{slug}.ipynb", tmp_path / "icmlbook" / f"{slug}.py"
     nb.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
-    mod.write_text(COV_MODULE)
+    mod.write_text(module)
     return tmp_path, nb, mod
+
+
+def cov_chapter(tmp_path, experiment="from mutcov_mod import claim\nassert claim(2) == 3"):
+    cells = [code("#| default_exp cov"), code("#| export\nSCALE = 2\n...", "k1")] + [code(t) for t in COV_TESTS] + [
+        EXPERIMENT_MD, code("def helper():\n    return 1"), code(experiment)]
+    return fake_chapter(tmp_path, "cov", cells, COV_MODULE)
 
 
 def cov_mutant(mid, old, new):
@@ -425,19 +433,12 @@ def second(x):
 
 def test_the_cells_before_a_mutants_export_cell_run_once_for_all_its_mutants(tmp_path):
     "Snapshots: the prefix (here a cell that counts its runs in a file) runs once per round, not once per mutant."
-    def code(src, i=None):
-        return {"cell_type": "code", "metadata": {}, "outputs": [], "source": src, **({"id": i} if i else {})}
     runs = tmp_path / "runs.txt"
     cells = [code("#| default_exp snap"), code("#| export\ndef first(x): ...", "s1"), code("assert first(1) == 2"),
              code(f"open({str(runs)!r}, 'a').write('x')\nbefore = first(0)"),
              code("#| export\ndef second(x): ...", "s2"), code("assert second(3) == 6 and before == 1"),
-             {"cell_type": "markdown", "metadata": {}, "source": "## Experiment"}, code("pass")]
-    (tmp_path / "settings.ini").write_text("[DEFAULT]\nlib_name = icmlbook\n")
-    for d in ("nbs", "icmlbook"):
-        (tmp_path / d).mkdir()
-    nb, mod = tmp_path / "nbs" / "01_snap.ipynb", tmp_path / "icmlbook" / "snap.py"
-    nb.write_text(json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
-    mod.write_text(SNAP_MODULE)
+             EXPERIMENT_MD, code("pass")]
+    _, nb, mod = fake_chapter(tmp_path, "snap", cells, SNAP_MODULE)
     steps = mutate.test_plan(json.loads(nb.read_text()))
     mut = lambda mid, old, new: hand_mutant(mid, old, new, SNAP_MODULE)  # noqa: E731
     ms = [mut("s1", "return 2 * x", "return 3 * x"), mut("s2", "return 2 * x", "return 2 + x"),
