@@ -409,15 +409,20 @@ def _train_loop(model, graphs, targets, steps, lr, batch_size, seed, record_ever
         model.load_state_dict(best[2]); hist["best_step"] = best[1]
     return hist
 
+def _with_targets(A, R: Tensor | None) -> tuple[Tensor, Tensor]:
+    "Graphs with self-loops and their reachability targets (computed when R is None; refused when the shapes differ)."
+    A = as_adjacency(A, self_loops=True)
+    R = connectivity_matrix(A) if R is None else R
+    if R.shape != A.shape: raise ValueError(f"R must have the shape of A {tuple(A.shape)}, got {tuple(R.shape)}")
+    return A, R
+
 @torch.no_grad()
 def cross_entropy(model: nn.Module,  # a model returning logits R-hat
                   A,  # graphs with self-loops, (B, n, n)
                   R: Tensor | None = None,  # reachability (B, n, n); computed with connectivity_matrix if None
                   ) -> float:
     "Mean binary cross-entropy BCE(sigmoid(R-hat), R) over all B n^2 entries (the training loss, Eq. connectivity-eq-readout)."
-    A = as_adjacency(A, self_loops=True)
-    R = connectivity_matrix(A) if R is None else R
-    if R.shape != A.shape: raise ValueError(f"R must have the shape of A {tuple(A.shape)}, got {tuple(R.shape)}")
+    A, R = _with_targets(A, R)
     return F.binary_cross_entropy_with_logits(model(A), R).item()
 
 class ConstantPredictor(nn.Module):
@@ -443,9 +448,7 @@ def exact_match(model: nn.Module,  # a model returning logits R-hat
                 R: Tensor | None = None,  # reachability (B, n, n); computed with connectivity_matrix if None
                 ) -> float:
     "Exact match: fraction of graphs whose n^2 predictions 1[R-hat > 0] (Eq. connectivity-eq-readout) all equal R."
-    A = as_adjacency(A, self_loops=True)
-    R = connectivity_matrix(A) if R is None else R
-    if R.shape != A.shape: raise ValueError(f"R must have the shape of A {tuple(A.shape)}, got {tuple(R.shape)}")
+    A, R = _with_targets(A, R)
     pred = model(A) > 0
     return (pred == (R > 0)).flatten(-2).all(-1).float().mean().item()
 

@@ -13,13 +13,15 @@ import torch.nn.functional as F
 from scipy.optimize import linear_sum_assignment
 from torch import nn
 
+from .core import check_int, check_number
+
 # %% auto #0
 __all__ = ['IMG', 'COLOURS', 'RGB', 'WALL', 'FLOOR', 'TABLE_RGB', 'GRIPPER_RGB', 'TABLE', 'TASKS', 'N_COUNT', 'N_ANSWERS', 'CROP',
            'make_scene', 'make_query', 'encode_question', 'valid_answers', 'is_hallucination', 'scene_graph',
            'holding_zone', 'relations', 'graph_text', 'noisy_scene_graph', 'focus_map', 'expand', 'object_focus',
            'gaussian_blur', 'modulate', 'crop_zoom', 'Verifier', 'verifier_data', 'fit', 'Answerer', 'answer_logits',
            'coarse_plan', 'left_strip', 'fine_verify', 'SceneDiver', 'som_marks', 'multires_crop', 'vcd_logits',
-           'SlotAttention', 'hungarian_structure_loss', 'entropy_gate', 'SlotFocusAdapter', 'augment',
+           'region_boxes', 'SlotAttention', 'hungarian_structure_loss', 'entropy_gate', 'SlotFocusAdapter', 'augment',
            'adapter_targets', 'distill_adapter', 'adapter_logits']
 
 # %% ../nbs/13_scenediver.ipynb #4d23968c
@@ -27,7 +29,7 @@ IMG = 32  # image side, pixels
 COLOURS = ("red", "green", "blue", "yellow")
 RGB = np.array([[0.90, 0.15, 0.10], [0.10, 0.70, 0.20], [0.15, 0.30, 0.95], [0.95, 0.85, 0.10]], dtype=np.float32)
 WALL, FLOOR, TABLE_RGB, GRIPPER_RGB = (0.72, 0.76, 0.84), (0.45, 0.45, 0.42), (0.58, 0.42, 0.26), (0.15, 0.15, 0.15)
-TABLE = (5, 12, 27, 28)  # table top (x0, y0, x1, y1), pixels, end-exclusive
+TABLE = (5, 12, 27, 27)  # the nominal table top (x0, y0, x1, y1), pixels, end-exclusive; each scene draws its own (x0 in 3..7, y0 in 12..14, 22 x 15 px)
 TASKS = ("count", "held", "left_of")
 N_COUNT = 5  # count answers 0..4; answers 5..8 are the colours
 N_ANSWERS = N_COUNT + len(COLOURS)
@@ -51,20 +53,28 @@ def make_scene(seed: int,  # scene seed
                n_obj: int = 6,  # blocks on the table, 4 to 8
                clutter: int = 0,  # 0 = uncluttered (the answerer's training distribution); 1, 2 = more distractors
                ) -> dict:
-    """A synthetic tabletop (3, 32, 32) in [0, 1]: wall, floor, a table with `n_obj` blocks (3x3 squares or plus
-    signs, four colours), and a gripper holding one block. Two table blocks form the left-of pair: an anchor whose
+    """A synthetic tabletop (3, 32, 32) in [0, 1]: wall, floor, a table (its box drawn per scene) with `n_obj` blocks
+    (3x3 squares, four colours), and a gripper holding one block. Two table blocks form the left-of pair: an anchor whose
     colour is unique on the table and a neighbour 1-2 px to its left. Distractors grow with `clutter`: blocks off
-    the table (wall shelf, floor) including a copy of the anchor with its own neighbour, colour-like wall patches
-    that are no block, and table blocks that touch each other."""
+    the table (wall shelf, floor) including a copy of the anchor with its own neighbour, colour-like patches that are
+    no block (on the wall, on the table, and one under the held block inside the holding zone), and table blocks
+    that touch each other."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     if not 4 <= n_obj <= 8: raise ValueError(f"n_obj must lie in [4, 8], got {n_obj!r}")
     if clutter not in (0, 1, 2): raise ValueError(f"clutter must be 0, 1 or 2, got {clutter!r}")
     rng = np.random.default_rng(seed)
+    tx, ty = int(rng.integers(3, 8)), int(rng.integers(12, 15))
+    table = (tx, ty, tx + 22, ty + 15)  # this scene's table top
     img = np.empty((IMG, IMG, 3), np.float32)
-    img[:TABLE[1]] = WALL; img[TABLE[1]:] = FLOOR
-    img[TABLE[1]:TABLE[3], TABLE[0]:TABLE[2]] = TABLE_RGB
-    objs, taken = [], []
+    img[:table[1]] = WALL; img[table[1]:] = FLOOR
+    img[table[1]:table[3], table[0]:table[2]] = TABLE_RGB
+    objs, taken, patches = [], [], []
+
+    def add_patch(box, colour, where, base):  # a colour-like patch: no block, but a block's colour
+        x0, y0, x1, y1 = box
+        img[y0:y1, x0:x1] = 0.75 * RGB[colour] + 0.25 * np.array(base, np.float32)
+        patches.append({"kind": "patch", "colour": int(colour), "box": box, "where": where}); taken.append(box)
 
     def add(box, colour, where):
         x0, y0, x1, y1 = box
@@ -76,8 +86,10 @@ def make_scene(seed: int,  # scene seed
     img[6:9, gx - 3] = GRIPPER_RGB; img[6:9, gx + 3] = GRIPPER_RGB
     objs.append({"kind": "gripper", "colour": -1, "box": (gx - 3, 0, gx + 4, 9), "where": "wall"}); taken.append(objs[-1]["box"])
     add(_box(gx - 1, 6), int(rng.integers(4)), "held")
+    if clutter >= 1:  # a look-alike inside the holding zone: a 4x2 patch one pixel under the held block
+        add_patch((gx - 2, 10, gx + 2, 12), int(rng.integers(4)), "gripper", WALL)
     x_col, n_col = (int(c) for c in rng.permutation(4)[:2])
-    ax, ay = int(rng.integers(TABLE[0] + 5, TABLE[2] - 3)), int(rng.integers(TABLE[1] + 2, TABLE[3] - 4))
+    ax, ay = int(rng.integers(table[0] + 5, table[2] - 3)), int(rng.integers(table[1] + 2, table[3] - 4))
     add(_box(ax, ay), x_col, "table")
     add(_box(ax - 3 - int(rng.integers(1, 3)), ay + int(rng.integers(-1, 2))), n_col, "table")
     others = [c for c in range(4) if c != x_col]
@@ -88,12 +100,12 @@ def make_scene(seed: int,  # scene seed
                 ref = objs[int(rng.integers(3, len(objs)))]["box"]
                 dx, dy = ((3, 0), (-3, 0), (0, 3), (0, -3))[int(rng.integers(4))]
                 cand = (ref[0] + dx, ref[1] + dy, ref[2] + dx, ref[3] + dy)
-                inside = TABLE[0] <= cand[0] and cand[2] <= TABLE[2] and TABLE[1] <= cand[1] and cand[3] <= TABLE[3]
+                inside = table[0] <= cand[0] and cand[2] <= table[2] and table[1] <= cand[1] and cand[3] <= table[3]
                 if inside and _free(cand, [b for b in taken if b != ref], 1) and _free(cand, taken[2:3], 2):
                     box = cand; break
-        box = box or _place(rng, TABLE, taken, 2)
+        box = box or _place(rng, table, taken, 2)
         if box is not None: add(box, int(rng.choice(others)), "table")
-    off = ((0, 12, 5, 32), (27, 12, 32, 32), (0, 28, 32, 32), (0, 1, 32, 11))  # floor left, right, front; wall shelf
+    off = ((0, table[1], table[0], IMG), (table[2], table[1], IMG, IMG), (0, table[3], IMG, IMG), (0, 1, IMG, table[1] - 1))  # floor left, right, front; wall shelf
     for _ in range(2 * clutter):
         box = _place(rng, off[int(rng.integers(len(off)))], taken, 1)
         if box is not None: add(box, int(rng.integers(4)), "off")
@@ -103,19 +115,16 @@ def make_scene(seed: int,  # scene seed
             pair = [_box(x, y), _box(x - 4, y)]
             if all(_free(b, taken, 1) for b in pair):
                 add(pair[0], x_col, "off"); add(pair[1], int(rng.choice([c for c in range(4) if c not in (x_col, n_col)])), "off"); break
-    patches = []
-    for _ in range(clutter):  # colour-like wall patches: no block, but a block's colour
+    for where in ("off", "table") * clutter:  # colour-like patches on the wall and on the table
         w, h = ((4, 2), (2, 4), (4, 4))[int(rng.integers(3))]
         for _ in range(50):
-            x, y = int(rng.integers(0, IMG - w)), int(rng.integers(1, TABLE[1] - h))
+            if where == "off": x, y = int(rng.integers(0, IMG - w)), int(rng.integers(1, table[1] - h))
+            else: x, y = int(rng.integers(table[0], table[2] - w + 1)), int(rng.integers(table[1], table[3] - h + 1))
             if _free((x, y, x + w, y + h), taken, 1):
-                c = int(rng.integers(4))
-                img[y:y + h, x:x + w] = 0.75 * RGB[c] + 0.25 * np.array(WALL, np.float32)
-                patches.append({"kind": "patch", "colour": c, "box": (x, y, x + w, y + h), "where": "off"})
-                taken.append((x, y, x + w, y + h)); break
+                add_patch((x, y, x + w, y + h), int(rng.integers(4)), where, WALL if where == "off" else TABLE_RGB); break
     img = np.clip(img + rng.normal(0, 0.02, img.shape), 0, 1).astype(np.float32)
     return {"image": torch.from_numpy(img).permute(2, 0, 1).contiguous(), "objects": objs, "patches": patches,
-            "anchor": x_col, "table": TABLE}
+            "anchor": x_col, "table": table}
 
 # %% ../nbs/13_scenediver.ipynb #aa0fb87b
 def make_query(scene: dict, task: str, colour: int | None = None) -> dict:
@@ -147,7 +156,7 @@ def valid_answers(task: str) -> torch.Tensor:
 
 def is_hallucination(query: dict, predicted: int, scene: dict) -> bool:
     """An over-count, or a wrong colour answer naming the colour of a distractor: a block other than the one asked
-    about, or a colour-like wall patch."""
+    about, or any colour-like patch (on the wall, on the table or under the held block)."""
     if query["task"] == "count": return predicted > query["answer"]
     if predicted == query["answer"] or predicted < N_COUNT: return False
     target = scene["objects"][1] if query["task"] == "held" else scene["objects"][3]
@@ -172,9 +181,9 @@ def _centre(box): return ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
 def _inside(p, box): return box[0] <= p[0] < box[2] and box[1] <= p[1] < box[3]
 
 def holding_zone(gripper_box) -> tuple[float, float, float, float]:
-    "Where a held block sits: between the claws, below the cross-piece of the gripper box (x0, y0, x1, y1)."
+    "Where a held block sits: between the claws, from below the cross-piece to 3 px under the gripper box (x0, y0, x1, y1)."
     x0, _, x1, y1 = gripper_box
-    return (x0 + 1, y1 - 4, x1 - 1, y1 + 1)
+    return (x0 + 1, y1 - 4, x1 - 1, y1 + 3)
 
 def relations(nodes: list[dict]) -> list[tuple[int, str, int]]:
     "⟨pred⟩ triples read off the boxes: (block, 'on', table), (gripper, 'holds', block), (a, 'left of', b)."
@@ -201,7 +210,7 @@ def noisy_scene_graph(scene: dict,  # a scene from make_scene
                       jitter: int = 2,  # boxes shift by up to this many pixels in x and y
                       seed: int = 0) -> dict:
     """A detector's scene graph: true blocks dropped with probability p_miss, false blocks added (half of them on a
-    colour-like wall patch when there is one, the rest anywhere, random colour), every box shifted by up to `jitter`."""
+    colour-like patch when there is one, the rest anywhere, random colour), every box (the table's too) shifted by up to `jitter`."""
     for name, p in (("p_miss", p_miss), ("p_fp", p_fp)):
         if not 0 <= p <= 1: raise ValueError(f"{name} must lie in [0, 1], got {p!r}")
     if isinstance(jitter, bool) or not isinstance(jitter, (int, np.integer)) or jitter < 0:
@@ -209,8 +218,7 @@ def noisy_scene_graph(scene: dict,  # a scene from make_scene
     rng = np.random.default_rng(seed)
     shift = lambda b: tuple(int(v) for v in np.add(b, np.tile(rng.integers(-jitter, jitter + 1, 2), 2)))
     true = scene_graph(scene)["nodes"]
-    nodes = [{**n, "box": shift(n["box"]) if n["label"] != "table" else n["box"]} for n in true
-             if n["label"] != "block" or rng.random() >= p_miss]
+    nodes = [{**n, "box": shift(n["box"])} for n in true if n["label"] != "block" or rng.random() >= p_miss]
     n_blocks = sum(n["label"] == "block" for n in true)
     for _ in range(rng.binomial(n_blocks, p_fp)):
         if scene["patches"] and rng.random() < 0.5:
@@ -267,6 +275,8 @@ def modulate(img: torch.Tensor,  # (C, H, W) or (B, C, H, W)
     s = s.to(x.dtype)
     s = s.view(1, 1, *s.shape) if s.dim() == 2 else s[:, None] if s.dim() == 3 else s  # (B or 1, 1, H, W)
     if s.shape[-2:] != x.shape[-2:]: raise ValueError(f"s must have the image's height and width {tuple(x.shape[-2:])}, got {tuple(s.shape[-2:])}")
+    if s.numel() and not (0 <= float(s.detach().min()) and float(s.detach().max()) <= 1):
+        raise ValueError(f"s must lie in [0, 1], got values in [{float(s.detach().min()):g}, {float(s.detach().max()):g}]")
     dim = x * (beta + (1 - beta) * s)                                 # Eq. (sd-eq-dim)
     out = s * dim + (1 - s) * gaussian_blur(dim, sigma)               # Eq. (sd-eq-modulate)
     return out[0] if single else out
@@ -381,13 +391,13 @@ def coarse_plan(graph: dict,  # a (noisy) scene graph
                 task: str,  # one of TASKS
                 colour: int | None = None,  # the colour the question names (count, left-of)
                 ) -> list[dict]:
-    """Coarse stage, Algorithm 1 lines 2-4: rules over the graph split the scene into task-relevant sub-scenes, each
+    """Coarse stage, line 2 of Algorithm sd-alg-planner: rules over the graph split the scene into task-relevant sub-scenes, each
     a search region, the colour sought (None: any block), the graph's candidate boxes and context boxes to keep in focus.
     count(c): the table, with the graph's c blocks on it. held: the gripper's holding zone, with the blocks in it and
     the gripper as context. left-of(X): the anchor X on the table, then the strip left of it (resolved in the fine stage)."""
     if task not in TASKS: raise ValueError(f"task must be one of {TASKS}, got {task!r}")
     nodes = graph["nodes"]
-    table = next(n["box"] for n in nodes if n["label"] == "table")
+    table = _table_box(graph)
     blocks = [n for n in nodes if n["label"] == "block"]
     on_table = [n for n in blocks if _inside(_centre(n["box"]), table)]
     if task == "count":
@@ -395,13 +405,19 @@ def coarse_plan(graph: dict,  # a (noisy) scene graph
                  "candidates": [n["box"] for n in on_table if n["colour"] == colour]}]
     if task == "held":
         grips = [n["box"] for n in nodes if n["label"] == "gripper"]
-        zone = holding_zone(grips[0]) if grips else (0, 0, IMG, TABLE[1])
+        zone = holding_zone(grips[0]) if grips else (0, 0, IMG, table[1])
         return [{"name": "held", "region": zone, "colour": None, "single": True, "context": grips[:1],
                  "candidates": [n["box"] for n in blocks if _inside(_centre(n["box"]), zone)]}]
     return [{"name": "anchor", "region": table, "colour": colour, "single": True, "context": [],
              "candidates": [n["box"] for n in on_table if n["colour"] == colour]},
             {"name": "neighbour", "region": None, "colour": None, "single": True, "context": [],
              "candidates": [n["box"] for n in on_table if n["colour"] != colour]}]
+
+def _table_box(graph: dict):
+    "The box of the graph's table node; ValueError when the graph has none."
+    box = next((n["box"] for n in graph["nodes"] if n["label"] == "table"), None)
+    if box is None: raise ValueError("graph must hold a node labelled 'table', got none")
+    return box
 
 def left_strip(anchor_box) -> tuple[float, float, float, float]:
     "Where the block left of an anchor (x0, y0, x1, y1) is looked for: up to 6 px to its left, +-2 px in height."
@@ -423,7 +439,7 @@ def fine_verify(img: torch.Tensor,  # (3, H, W)
                 stride: int = 2,  # spacing of the scan that recovers blocks missing from the graph, pixels
                 window: float = 9.0,  # side of the inspected window, pixels
                 ) -> list[dict]:
-    """Fine stage, Algorithm 1 lines 5-14: per sub-scene, inspect each candidate's zoomed crop (with a local search of
+    """Fine stage, line 3 of Algorithm sd-alg-planner: per sub-scene, inspect each candidate's zoomed crop (with a local search of
     +-`search` px), confirm (p > hi), discard (p < lo) or widen the window 1.5x and re-check (confirm if p >= 0.5);
     then scan the sub-scene for blocks the graph missed (p > hi, away from confirmed ones). Returns the verified set C
     as dicts with the sub-scene's name, box and p."""
@@ -461,14 +477,15 @@ def fine_verify(img: torch.Tensor,  # (3, H, W)
 
 # %% ../nbs/13_scenediver.ipynb #2283b4d4
 class SceneDiver:
-    """Coarse-to-fine focus, Algorithm 1: scene graph -> coarse sub-scenes -> fine verification -> soft modulation
+    """Coarse-to-fine focus, Algorithm sd-alg-planner: scene graph -> coarse sub-scenes -> fine verification -> soft modulation
     (Eq. (sd-eq-modulate)) -> the answerer acts on I_out. `mode` 'coarse' keeps the graph's candidates unverified (coarse-only),
     'fine' verifies without the graph over the whole image (fine-only, a one-step focus)."""
     def __init__(self, answerer: Answerer, verifier: Verifier, beta: float = 0.3, sigma: float = 2.0,
                  hi: float = 0.7, lo: float = 0.3, margin: float = 1.0, mode: str = "full"):
         if mode not in ("full", "coarse", "fine"): raise ValueError(f"mode must be 'full', 'coarse' or 'fine', got {mode!r}")
         if not 0 <= beta <= 1: raise ValueError(f"beta must lie in [0, 1], got {beta!r}")
-        if sigma < 0: raise ValueError(f"sigma must be >= 0, got {sigma!r}")
+        sigma = check_number(sigma, "sigma", 0)
+        lo = check_number(lo, "lo", 0, 1); hi = check_number(hi, "hi", lo, 1)  # 0 <= lo <= hi <= 1
         self.answerer, self.verifier, self.beta, self.sigma = answerer, verifier, beta, sigma
         self.hi, self.lo, self.margin, self.mode = hi, lo, margin, mode
 
@@ -536,10 +553,30 @@ def multires_crop(img: torch.Tensor,  # (3, H, W)
 def vcd_logits(logits: torch.Tensor,  # answerer logits on the image, (B, A)
                logits_noised: torch.Tensor,  # on the noised image, (B, A)
                alpha: float = 1.0,  # contrast strength, >= 0
+               plaus: float = 0.1,  # adaptive plausibility constraint: keep answers with p(a | I) >= plaus * max_a' p(a' | I); 0 keeps all
                ) -> torch.Tensor:
-    "Visual contrastive decoding: (1 + alpha) logits(I) - alpha logits(I_noised)."
+    """Visual contrastive decoding (Leng et al., 2024): (1 + alpha) logits(I) - alpha logits(I_noised), on the answers
+    that pass VCD's adaptive plausibility constraint p(a | I) >= plaus * max p(. | I); the others get -inf."""
     if alpha < 0: raise ValueError(f"alpha must be >= 0, got {alpha!r}")
-    return (1 + alpha) * logits - alpha * logits_noised
+    plaus = check_number(plaus, "plaus", 0, 1)
+    if logits.dim() != 2: raise ValueError(f"logits must have shape (B, A), got {tuple(logits.shape)}")
+    if logits_noised.shape != logits.shape:
+        raise ValueError(f"logits_noised must have the shape of logits {tuple(logits.shape)}, got {tuple(logits_noised.shape)}")
+    out = (1 + alpha) * logits - alpha * logits_noised
+    p = logits.softmax(-1)
+    return out.masked_fill(p < plaus * p.amax(-1, keepdim=True), float("-inf"))
+
+def region_boxes(graph: dict,  # a (noisy) scene graph
+                 task: str,  # one of TASKS
+                 ) -> list[tuple]:
+    """One-step focus on the planner's known regions: the graph's table box (count, left-of) or the gripper and its
+    holding zone (held), with no sub-scenes, candidates or verification."""
+    if task not in TASKS: raise ValueError(f"task must be one of {TASKS}, got {task!r}")
+    nodes = graph["nodes"]
+    if task == "held":
+        grips = [n["box"] for n in nodes if n["label"] == "gripper"]
+        return [grips[0], holding_zone(grips[0])] if grips else [(0, 0, IMG, IMG)]
+    return [_table_box(graph)]
 
 # %% ../nbs/13_scenediver.ipynb #6893d0c3
 class SlotAttention(nn.Module):
@@ -547,6 +584,7 @@ class SlotAttention(nn.Module):
     over the SLOTS (softmax over k), each slot takes the attention-weighted mean of v(x), then a GRU and an MLP."""
     def __init__(self, dim: int, iters: int = 3, eps: float = 1e-8):
         super().__init__()
+        dim, iters = check_int(dim, "dim", 1), check_int(iters, "iters", 1)
         self.iters, self.eps, self.scale = iters, eps, dim ** -0.5
         self.norm_x, self.norm_s, self.norm_m = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.q, self.k, self.v = (nn.Linear(dim, dim, bias=False) for _ in range(3))
@@ -604,7 +642,7 @@ class SlotFocusAdapter(nn.Module):
     an object (centre, colour) for the structure loss."""
     def __init__(self, d: int = 24, K: int = 6, iters: int = 3, n_q: int = 3 + len(COLOURS), grid: int = 8):
         super().__init__()
-        self.K = K
+        self.K = check_int(K, "K", 1)
         self.pos = nn.Parameter(torch.randn(grid * grid, d) * 0.1)
         self.embed = nn.Linear(d, d)
         self.mu = nn.Linear(n_q, d)                                      # mu(v_task)
@@ -669,7 +707,9 @@ def distill_adapter(adapter: SlotFocusAdapter, answerer: Answerer,
                     qs: torch.Tensor,  # (N, n_q) their questions
                     masks: torch.Tensor,  # (N, H, W) the planner's focus maps
                     targets: list[tuple[torch.Tensor, torch.Tensor]],  # per query: verified centres and colours
-                    steps: int = 200, lr: float = 3e-3, batch: int = 32, seed: int = 0, w_struct: float = 0.5) -> list[float]:
+                    steps: int = 200, lr: float = 3e-3, batch: int = 32, seed: int = 0, w_struct: float = 0.5,
+                    checkpoints: Sequence[int] = (),  # steps at which to keep the adapter's state, into `saved`
+                    saved: dict | None = None) -> list[float]:
     """Train the adapter on the frozen answerer's features: mask loss BCE(M_pred, pooled focus map), Eq. (sd-eq-mask-loss), plus
     w_struct times the Hungarian structure loss, Eq. (sd-eq-hungarian), averaged over the batch. Returns the loss per step."""
     with torch.no_grad(): feats = answerer.features(imgs)                      # (N, d, 2G, 2G)
@@ -684,7 +724,8 @@ def distill_adapter(adapter: SlotFocusAdapter, answerer: Answerer,
         loss = mask + w_struct * struct
         losses.append(loss.item())
         return loss
-    adapter.train(); fit(adapter, loss_fn, len(imgs), steps, lr, batch, seed); adapter.eval()
+    adapter.train(); kept = fit(adapter, loss_fn, len(imgs), steps, lr, batch, seed, checkpoints); adapter.eval()
+    if saved is not None: saved.update(kept)
     return losses
 
 def adapter_logits(adapter: SlotFocusAdapter, answerer: Answerer, imgs: torch.Tensor, qs: torch.Tensor, tasks: Sequence[str],
