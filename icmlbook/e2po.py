@@ -13,17 +13,18 @@ import torch.nn.functional as F
 from diffusers import FlowMatchEulerDiscreteScheduler
 from torch import nn
 from transformers import GPT2Config, GPT2Model
-from .core import check_int, check_number
+from .core import check_int, check_number, group_advantages
 
 
 # %% auto #0
 __all__ = ['N_OBJECTS', 'N_ATTRIBUTES', 'SOS', 'EOS', 'VOCAB', 'CONTENT_IDX', 'RADII', 'RING_STEP', 'DECOY_RADII', 'sigma_grid',
            'sample_ode', 'sde_step_with_logprob', 'dance_sde_step', 'make_prompts', 'target_modes',
            'neighbour_attribute', 'sample_pretraining', 'success_reward', 'TextEncoder', 'VelocityField',
-           'flow_matching_loss', 'pretrain_base', 'group_advantages', 'flow_grpo_loss', 'nft_ratio', 'nft_loss',
-           'EmbeddingPerturbation', 'perturbation_loss', 'noise_gamma', 'fit_perturbations', 'zero_variance',
-           'group_means', 'GroupTrainer', 'FlowGRPOTrainer', 'E2POTrainer', 'held_out_samples', 'success_diversity',
-           'success_by_attribute', 'second_half_mean', 'zero_variance_at_level', 'success_by_condition', 'tune_score']
+           'flow_matching_loss', 'pretrain_base', 'flow_grpo_loss', 'nft_ratio', 'nft_loss', 'EmbeddingPerturbation',
+           'perturbation_loss', 'noise_gamma', 'fit_perturbations', 'zero_variance', 'group_means', 'GroupTrainer',
+           'FlowGRPOTrainer', 'NFTTrainer', 'E2POTrainer', 'held_out_samples', 'success_diversity',
+           'success_by_attribute', 'success_by_prompt', 'mirror_pairs', 'per_prompt_summary', 'second_half_mean',
+           'zero_variance_at_level', 'success_by_condition', 'tune_score']
 
 # %% ../nbs/05_e2po.ipynb #8970ce3b
 def sigma_grid(n_steps: int,  # number of sampler steps
@@ -207,24 +208,6 @@ def pretrain_base(steps: int, batch: int = 256, lr: float = 5e-3, seed: int = 0,
     return flow.eval().requires_grad_(False), enc.eval().requires_grad_(False)
 
 # %% ../nbs/05_e2po.ipynb #87623736
-def group_advantages(r: torch.Tensor,  # rewards, (N,)
-                     group_ids: torch.Tensor,  # group (prompt) of each sample, (N,) ints
-                     eps: float = 1e-4,  # added to the group std
-                     adv_max: float = 5.0,  # advantages are clipped to [-adv_max, adv_max]
-                     ) -> tuple[torch.Tensor, torch.Tensor]:
-    "Group-relative advantages A = (r - mean_g) / (std_g + eps), clipped, Eq. (e2po-eq-adv); returns (A (N,), std of each group (n_groups,))."
-    r = torch.as_tensor(r, dtype=torch.float32)
-    if r.ndim != 1 or not torch.isfinite(r).all():
-        raise ValueError("rewards must be a 1-D tensor of finite numbers")
-    _, inv, counts = torch.unique(torch.as_tensor(group_ids), return_inverse=True, return_counts=True)
-    if len(inv) != len(r):
-        raise ValueError(f"group_ids must have one entry per reward ({len(r)}), got {len(inv)}")
-    if (counts < 2).any():
-        raise ValueError(f"every group needs G >= 2 samples, got a group of {int(counts.min())}")
-    mean = torch.zeros(len(counts)).index_add_(0, inv, r) / counts
-    std = (torch.zeros(len(counts)).index_add_(0, inv, (r - mean[inv]) ** 2) / counts).sqrt()  # population std, as np.std
-    return ((r - mean[inv]) / (std[inv] + eps)).clamp(-adv_max, adv_max), std
-
 def flow_grpo_loss(logp: torch.Tensor,  # log pi_theta of the sampled steps, (N,)
                    logp_old: torch.Tensor,  # log pi_theta_old of the same steps, (N,)
                    adv: torch.Tensor,  # advantages, (N,)
@@ -379,7 +362,7 @@ class GroupTrainer:
             pids = torch.randperm(len(self.cond), generator=self.gen)[:self.prompts_per_iter]
             batch = self.rollout(pids)
             r = self.reward_fn(batch["x0"], batch["pid"])
-            adv, std = group_advantages(r, batch["pid"])
+            adv, std = group_advantages(r, batch["pid"], std="population")   # Flow-GRPO's np.std convention
             self.rollouts += len(r)
             zero, m = zero_variance(std), group_means(r, batch["pid"])
             hist["group_std"].append(std.mean().item()); hist["zero_std_frac"].append(zero.float().mean().item())
@@ -391,12 +374,16 @@ class GroupTrainer:
             for idx in order.chunk(self.minibatches):
                 loss = self.loss({k: v[idx] for k, v in batch.items()}, adv[idx])
                 self.opt.zero_grad(); loss.backward(); self.opt.step()
+            self.end_iteration()
         if evaluate is not None:
             _eval(iters)
             if early_stop:
                 self.flow.load_state_dict(best[2]); hist["best_iter"] = best[1]
         self.flow.eval()
         return hist
+
+    def end_iteration(self):
+        "Called after each iteration's optimiser steps; nothing by default."
 
 class FlowGRPOTrainer(GroupTrainer):
     "Flow-GRPO: SDE rollouts with per-step log-probs, Eq. (e2po-eq-sde), and the clipped surrogate, Eq. (e2po-eq-grpo)."
@@ -430,24 +417,92 @@ class FlowGRPOTrainer(GroupTrainer):
             total = total + flow_grpo_loss(lp, batch["logp"][:, i], adv, self.clip)
         return total / self.n_steps
 
-class E2POTrainer(GroupTrainer):
+class NFTTrainer(GroupTrainer):
+    """DiffusionNFT, the base trainer: G ODE rollouts per prompt under its condition, rewards normalised per prompt,
+    Eq. (e2po-eq-adv), and the NFT loss, Eq. (e2po-eq-nft), on forward-noised samples conditioned on the prompt.
+    Rollouts and v_old come from the soft-updated old policy, Eq. (e2po-eq-soft): after iteration i,
+    theta_old <- eta_i theta_old + (1 - eta_i) theta with eta_i = min(eta_rate i, eta_max) (eta = 0: theta_old = theta)."""
+    def __init__(self, flow: VelocityField, cond: torch.Tensor,  # pooled condition of every prompt, (P, d)
+                 reward_fn, G: int, beta: float = 1.0, adv_max: float = 5.0,
+                 init_scale: float = 1.0,  # standard deviation of the initial noise x_1 (1 in the paper; > 1 is "varied initial noise")
+                 n_t: int = 8,  # forward-noising draws per sample in the loss
+                 eta_rate: float = 0.001,  # soft-update schedule eta_i = min(eta_rate i, eta_max): DiffusionNFT's code, decay_type 1
+                 eta_max: float = 0.5,
+                 **kwargs):
+        if not (isinstance(cond, torch.Tensor) and cond.ndim == 2):
+            raise ValueError(f"cond must be a (P, d) tensor of every prompt's condition, got shape {tuple(getattr(cond, 'shape', ()))}")
+        super().__init__(flow, cond, reward_fn, G, **kwargs)
+        self.beta, self.adv_max = check_number(beta, "beta", lo=0, lo_open=True), check_number(adv_max, "adv_max", lo=0, lo_open=True)
+        self.init_scale = check_number(init_scale, "init_scale", lo=0, lo_open=True)
+        self.n_t = check_int(n_t, "n_t", 1)
+        self.eta_rate, self.eta_max = check_number(eta_rate, "eta_rate", lo=0), check_number(eta_max, "eta_max", lo=0, hi=1, hi_open=True)
+        self.old = copy.deepcopy(self.flow).eval().requires_grad_(False)   # theta_old: rollouts and v_old
+        self.iteration = 0                                                   # i of eta_i: iterations completed
+
+    def eta(self, i: int) -> float:
+        "The soft-update weight of iteration i, eta_i = min(eta_rate i, eta_max)."
+        return min(self.eta_rate * check_int(i, "i", 0), self.eta_max)
+
+    @torch.no_grad()
+    def end_iteration(self):
+        "Soft update, Eq. (e2po-eq-soft): theta_old <- eta_i theta_old + (1 - eta_i) theta, then i <- i + 1."
+        e = self.eta(self.iteration)
+        for po, p in zip(self.old.parameters(), self.flow.parameters()):
+            po.copy_(po * e + p * (1 - e))
+        self.iteration += 1
+
+    def initial_noise(self, n: int) -> torch.Tensor:
+        "x_1 ~ N(0, init_scale^2 I), (n, 2), from the trainer's generator."
+        return self.init_scale * torch.randn(n, 2, generator=self.gen)
+
+    @torch.no_grad()
+    def rollout(self, pids: torch.Tensor) -> dict:
+        "G ODE rollouts per prompt under its condition: x0 (N, 2), pid (N,), generating condition c_gen (N, d), N = P G."
+        pid = pids.repeat_interleave(self.G)
+        c, x1 = self.cond[pid], self.initial_noise(len(pid))
+        return {"x0": sample_ode(lambda x, s: self.old(x, s, c), x1, self.n_steps), "pid": pid, "c_gen": c}
+
+    def train_condition(self, batch: dict,  # the rollout
+                        c_orig: torch.Tensor,  # the prompt's condition of each sample and draw, (N, n_t, d)
+                        t: torch.Tensor,  # forward-noising times, (N, n_t)
+                        ) -> torch.Tensor:
+        "The condition the loss uses: the prompt's own."
+        return c_orig
+
+    @torch.no_grad()
+    def prepare(self, batch: dict) -> dict:
+        "Forward-noise each sample at n_t times, x_t = (1 - t) x_0 + t eps, pick its training condition, evaluate v_theta_old there."
+        x0 = batch["x0"][:, None].expand(-1, self.n_t, -1)                        # (N, n_t, 2)
+        c_orig = self.cond[batch["pid"]][:, None].expand(-1, self.n_t, -1)          # (N, n_t, d)
+        eps = torch.randn(x0.shape, generator=self.gen)
+        t = torch.rand(x0.shape[:2], generator=self.gen)                            # (N, n_t)
+        xt = (1 - t[..., None]) * x0 + t[..., None] * eps
+        c = self.train_condition(batch, c_orig, t)
+        return {**batch, "xt": xt, "t": t, "c": c, "v_target": eps - x0, "v_old": self._v(xt, t, c, self.old)}
+
+    def _v(self, xt: torch.Tensor, t: torch.Tensor, c: torch.Tensor, flow: VelocityField | None = None) -> torch.Tensor:
+        "v of `flow` (default theta) at (x_t, t, c) of shape (N, n_t, .)."
+        return (self.flow if flow is None else flow)(xt.reshape(-1, 2), t.reshape(-1), c.reshape(-1, c.shape[-1])).reshape(xt.shape)
+
+    def loss(self, batch: dict, adv: torch.Tensor) -> torch.Tensor:
+        "NFT loss, Eq. (e2po-eq-nft), on the prepared samples and their training conditions."
+        v = self._v(batch["xt"], batch["t"], batch["c"])
+        r = nft_ratio(adv, self.adv_max)[:, None].expand(-1, self.n_t)
+        return nft_loss(v.reshape(-1, 2), batch["v_old"].reshape(-1, 2), batch["v_target"].reshape(-1, 2), r.reshape(-1), self.beta)
+
+class E2POTrainer(NFTTrainer):
     """E2PO on DiffusionNFT (Alg. of Sec. e2po-sec-e2po): each prompt is rolled out under [C^orig, C_1..C_{K-1}] x G noises with the
     noise-aware schedule, Eq. (e2po-eq-gamma); rewards are normalised over the prompt's G K samples and the NFT loss,
-    Eq. (e2po-eq-nft), conditions every sample on C^orig (the reference anchor). K = 1 is plain DiffusionNFT."""
+    Eq. (e2po-eq-nft), conditions every sample on C^orig (the reference anchor). Only the rollout and, without the anchor,
+    the training condition differ from `NFTTrainer`."""
     def __init__(self, flow: VelocityField, conds: torch.Tensor,  # [c^orig, c_1..c_{K-1}] of every prompt, (P, K, d)
-                 reward_fn, G: int, rho: float = 0.5, schedule: bool = True, anchor: bool = True,
-                 beta: float = 1.0, adv_max: float = 5.0, init_scale: float = 1.0,
-                 n_t: int = 8,  # forward-noising draws per sample in the loss
-                 **kwargs):
+                 reward_fn, G: int, rho: float = 0.5, schedule: bool = True, anchor: bool = True, **kwargs):
         if not (isinstance(conds, torch.Tensor) and conds.ndim == 3):
             raise ValueError(f"conds must be a (P, K, d) tensor of every prompt's K conditions, got shape {tuple(getattr(conds, 'shape', ()))}")
         super().__init__(flow, conds[:, 0], reward_fn, G, **kwargs)
         self.conds, self.K = conds, conds.shape[1]
         noise_gamma(1.0, rho)  # checks rho
         self.rho, self.schedule, self.anchor = rho, schedule, anchor
-        self.beta, self.adv_max = check_number(beta, "beta", lo=0, lo_open=True), check_number(adv_max, "adv_max", lo=0, lo_open=True)
-        self.init_scale = check_number(init_scale, "init_scale", lo=0, lo_open=True)
-        self.n_t = check_int(n_t, "n_t", 1)
 
     def condition(self, c_k: torch.Tensor,  # the generating condition, (..., d)
                   c_orig: torch.Tensor,  # the prompt's original condition, (..., d)
@@ -465,29 +520,14 @@ class E2POTrainer(GroupTrainer):
         pid = pids.repeat_interleave(self.K * self.G)
         c_gen = self.conds[pids].repeat_interleave(self.G, dim=0).reshape(-1, self.conds.shape[-1])   # (P K G, d), k slowest within a prompt
         c_orig = self.cond[pid]
-        x1 = self.init_scale * torch.randn(len(pid), 2, generator=self.gen)
-        x0 = sample_ode(lambda x, s: self.flow(x, s, self.condition(c_gen, c_orig, s)), x1, self.n_steps)
+        x1 = self.initial_noise(len(pid))
+        x0 = sample_ode(lambda x, s: self.old(x, s, self.condition(c_gen, c_orig, s)), x1, self.n_steps)
         return {"x0": x0, "pid": pid, "c_gen": c_gen}
 
-    @torch.no_grad()
-    def prepare(self, batch: dict) -> dict:
-        "Forward-noise each sample at n_t times, x_t = (1 - t) x_0 + t eps, pick its training condition, evaluate v_theta_old there."
-        x0 = batch["x0"][:, None].expand(-1, self.n_t, -1)                        # (N, n_t, 2)
-        c_orig = self.cond[batch["pid"]][:, None].expand(-1, self.n_t, -1)          # (N, n_t, d)
-        eps = torch.randn(x0.shape, generator=self.gen)
-        t = torch.rand(x0.shape[:2], generator=self.gen)                            # (N, n_t)
-        xt = (1 - t[..., None]) * x0 + t[..., None] * eps
-        c = c_orig if self.anchor else self.condition(batch["c_gen"][:, None].expand(-1, self.n_t, -1), c_orig, t)
-        return {**batch, "xt": xt, "t": t, "c": c, "v_target": eps - x0, "v_old": self._v(xt, t, c)}
+    def train_condition(self, batch: dict, c_orig: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        "C^orig with the anchor (as DiffusionNFT); without it the generating C_k(t), mixed by the schedule at the noising time."
+        return c_orig if self.anchor else self.condition(batch["c_gen"][:, None].expand(-1, self.n_t, -1), c_orig, t)
 
-    def _v(self, xt: torch.Tensor, t: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-        return self.flow(xt.reshape(-1, 2), t.reshape(-1), c.reshape(-1, c.shape[-1])).reshape(xt.shape)
-
-    def loss(self, batch: dict, adv: torch.Tensor) -> torch.Tensor:
-        "NFT loss, Eq. (e2po-eq-nft), on the prepared samples: condition C^orig (anchor) or the generating C_k(t) (no anchor)."
-        v = self._v(batch["xt"], batch["t"], batch["c"])
-        r = nft_ratio(adv, self.adv_max)[:, None].expand(-1, self.n_t)
-        return nft_loss(v.reshape(-1, 2), batch["v_old"].reshape(-1, 2), batch["v_target"].reshape(-1, 2), r.reshape(-1), self.beta)
 
 # %% ../nbs/05_e2po.ipynb #b7e2c0a2
 @torch.no_grad()
@@ -511,6 +551,29 @@ def success_by_attribute(s: dict, attributes: torch.Tensor,  # attribute of ever
     att = attributes[s["pid"]]
     return [s["ok"][att == a].float().mean().item() for a in range(n_attributes)]
 
+def success_by_prompt(s: dict, n_prompts: int) -> np.ndarray:
+    "Success rate of each prompt's held-out samples; (n_prompts,)."
+    pid = s["pid"]
+    return (torch.zeros(check_int(n_prompts, "n_prompts", 1)).index_add_(0, pid, s["ok"].float())
+            / torch.bincount(pid, minlength=n_prompts).clamp(min=1)).numpy()
+
+def mirror_pairs(objects: torch.Tensor, attributes: torch.Tensor) -> list[tuple[int, int]]:
+    """The pairs of prompts (p, q), p < q, that are each other's base error: same object and q's attribute is p's neighbour
+    (by the parity rule of `neighbour_attribute` p's is then q's)."""
+    nb = neighbour_attribute(objects, attributes)
+    return [(p, q) for p in range(len(objects)) for q in range(p + 1, len(objects))
+            if objects[p] == objects[q] and nb[p] == attributes[q]]
+
+def per_prompt_summary(per: np.ndarray,  # success of each prompt, (P,)
+                       outward: np.ndarray,  # bool, (P,): the base errs one ring outwards (else inwards)
+                       pairs: list[tuple[int, int]],  # mirror pairs, from `mirror_pairs`
+                       ) -> list[float]:
+    """[prompts at exactly 0, prompts at >= 0.98, mean success of the outward-erring prompts, of the inward-erring ones,
+    mirror pairs solved on one side only (one prompt >= 0.9, the other at 0)]."""
+    per, outward = np.asarray(per, dtype=float), np.asarray(outward, dtype=bool)
+    split = sum(max(per[p], per[q]) >= 0.9 and min(per[p], per[q]) == 0 for p, q in pairs)
+    return [float((per == 0).sum()), float((per >= 0.98).sum()), float(per[outward].mean()), float(per[~outward].mean()), float(split)]
+
 def second_half_mean(values) -> float:
     "Mean of a per-iteration log over its second half (iterations len // 2 onwards)."
     values = list(values)
@@ -531,11 +594,17 @@ def zero_variance_at_level(hist: dict,  # a trainer's history (eval_iter, eval, 
 
 @torch.no_grad()
 def success_by_condition(trainer: "E2POTrainer", rounds: int = 4) -> np.ndarray:
-    "Success p_k of the trainer's rollouts under each conditioning C_k (slot 0 = C^orig, with the schedule), all prompts, `rounds` times; (K,)."
-    pids, out = torch.arange(len(trainer.conds)), []
-    for _ in range(check_int(rounds, "rounds", 1)):
-        b = trainer.rollout(pids)
-        out.append(trainer.reward_fn(b["x0"], b["pid"]).reshape(len(pids), trainer.K, trainer.G).mean((0, 2)))
+    """Success p_k of the final policy theta's rollouts under each conditioning C_k (slot 0 = C^orig, with the schedule), all prompts,
+    `rounds` times; (K,). The trainer's rollouts come from theta_old, so theta stands in for it here."""
+    pids, out, old = torch.arange(len(trainer.conds)), [], trainer.old
+    check_int(rounds, "rounds", 1)
+    try:
+        trainer.old = trainer.flow
+        for _ in range(rounds):
+            b = trainer.rollout(pids)
+            out.append(trainer.reward_fn(b["x0"], b["pid"]).reshape(len(pids), trainer.K, trainer.G).mean((0, 2)))
+    finally:
+        trainer.old = old
     return torch.stack(out).mean(0).numpy()
 
 def tune_score(hist: dict, tie: float = 1e-4) -> float:
