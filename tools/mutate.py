@@ -409,7 +409,7 @@ class Job:
 
 
 def run_jobs(jobs, module_name: str, workers: int, timeout: float, deadline: float, expected: float,
-             cwd: Path, on_done=None) -> list[Job]:
+             cwd: Path) -> list[Job]:
     """Run jobs (an iterable of Job, consumed lazily) in forked processes, `workers` at a time. A job is
     launched only while `now + expected` is before `deadline`; one still running at the deadline is killed
     and not counted. Each finished job gets outcome 'killed', 'survived' or 'timeout' with its seconds."""
@@ -460,8 +460,6 @@ def run_jobs(jobs, module_name: str, workers: int, timeout: float, deadline: flo
                 job.outcome = {"outcome": "killed", "seconds": seconds, "step": "process",
                                "error": f"the process died (status {status})"}
             done.append(job)
-            if on_done:
-                on_done(job)
     for f in tmp.iterdir():
         f.unlink()
     tmp.rmdir()
@@ -906,9 +904,8 @@ def mutate_chapter(notebook: Path, module: Path, module_name: str, out: Path, *,
             if e.get("dropped"):
                 dropped.append(e["key"])
             elif "error" in e:  # the unmutated prefix failed in its snapshot: judged from scratch
-                [j] = run_jobs([Job(e["key"], program(steps, tried[e["key"]].source, module_file))], module_name, 1,
-                               timeout, deadline, min(timeout, t0), cwd)
-                if j.outcome:
+                for j in run_jobs([Job(e["key"], program(steps, tried[e["key"]].source, module_file))], module_name, 1,
+                                  timeout, deadline, min(timeout, t0), cwd):  # none when the deadline came first
                     done({"key": j.key, "outcome": j.outcome, "cells": "all"})
 
     # Rounds: each takes the next mutants in order (claim lines first) that the time left should allow, groups them
