@@ -15,7 +15,7 @@ from sklearn.metrics import r2_score
 from sklearn.model_selection import train_test_split
 from sklearn.preprocessing import StandardScaler
 from torch import nn
-from .core import check_int
+from .core import check_int, check_number
 
 
 # %% auto #0
@@ -24,7 +24,8 @@ __all__ = ['OMEGAS', 'IMAGE_SIZE', 'PATCH', 'PHASE_WEIGHTS', 'PHASE_GAMMA', 'loa
            'alignment_loss', 'TransformerBlock', 'causal_mask', 'SpatialTemporalTransformer', 'ResidualMLP',
            'HPCModule', 'MECModule', 'InverseModel', 'ForwardBlock', 'ForwardDynamics', 'check_period', 'rollout',
            'HPCMECWorldModel', 'phase_losses', 'phase_loss', 'train_phases', 'FramePredictor', 'train_frame_predictor',
-           'clip_features', 'omega_probe', 'paired_difference', 'identity_probe', 'RingCANN', 'AttractorForward']
+           'clip_features', 'omega_probe', 'paired_difference', 'null_margin', 'direction_free_guess',
+           'z_replacement_errors', 'identity_probe', 'RingCANN', 'AttractorForward']
 
 # %% ../nbs/19_hpc_mec.ipynb #963245910010
 OMEGAS = (-30.0, -15.0, 15.0, 30.0)  # angular velocities, degrees per frame
@@ -424,16 +425,19 @@ def train_phases(model: HPCMECWorldModel,
                  x: torch.Tensor,  # training clips, (n, T, 1, H, W)
                  steps: tuple[int, int, int] = (300, 300, 300),  # optimiser steps of phases 1, 2, 3
                  lr: float = 1e-3, batch: int = 32, seed: int = 0, weight_decay: float = 1e-4, clip: float = 0.1,
-                 val: Callable[[HPCMECWorldModel], float] | None = None,  # validation score (lower is better) for early stopping
-                 every: int = 10,  # validate every `every` steps of phases 2 and 3, and at the end of each
-                 patience: int | None = None,  # stop phase 3 once this many checks in a row have not improved on the best
+                 val: Callable[[HPCMECWorldModel], float] | None = None,  # validation score of phases 2-3 (lower is better) for early stopping
+                 every: int = 10,  # validate every `every` steps of each phase, and at the end of each
+                 patience: int | None = None,  # stop phase 1 (with `recon_val`) or 3 once this many checks in a row have not improved on the best
+                 recon_val: Callable[[HPCMECWorldModel], float] | None = None,  # validation score of phase 1 (reconstruction), for its early stopping
                  ) -> list[float]:
     """The three-phase trainer: (1) HPC + MEC on reconstruction and regularisers; (2) HPC and MEC frozen, inverse and
     forward models trained with teacher forcing (period 1); (3) everything trained on pure rollouts (period None).
     AdamW with cosine decay to lr / 10 in each phase, gradient norm clipped at `clip`. Returns the loss of every step.
     With `val`, early stopping: the model is scored (in eval mode, without gradients) every `every` steps of phases 2
     and 3, the curve is kept in `model.val_curve` = (steps, scores), and the best-scoring state is restored at the end;
-    with `patience`, phase 3 also stops once `patience` checks in a row have not improved on the best score."""
+    with `patience`, phase 3 also stops once `patience` checks in a row have not improved on the best score. With
+    `recon_val`, phase 1 is early-stopped the same way on its own score (curve in `model.recon_curve`): checked every
+    `every` steps, stopped after `patience` checks without a new best, and its best state restored before phase 2."""
     if len(steps) != 3 or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0 for s in steps):
         raise ValueError(f"steps must be three ints >= 0, got {steps!r}")
     if not lr > 0:
@@ -443,6 +447,7 @@ def train_phases(model: HPCMECWorldModel,
         check_int(patience, "patience", 1)
     rng, hist = np.random.default_rng(seed), []
     curve, best, since = ([], []), (float("inf"), None), 0
+    rcurve, rbest, rsince = ([], []), (float("inf"), None), 0
     torch.manual_seed(seed)
     dyn = [model.inverse, model.forward_dynamics]
     rep = [model.hpc] + ([model.mec] if model.mec is not None else [])
@@ -466,6 +471,17 @@ def train_phases(model: HPCMECWorldModel,
             opt.step(); sched.step()
             hist.append(loss.item())
             k = len(hist) - sum(steps[:phase - 1])                                       # step within the phase
+            if recon_val is not None and phase == 1 and (k % every == 0 or k == n_steps):
+                model.eval()
+                with torch.no_grad():
+                    score = float(recon_val(model))
+                model.train()
+                rcurve[0].append(len(hist)); rcurve[1].append(score)
+                rsince += 1
+                if score < rbest[0]:
+                    rbest, rsince = (score, {n: v.detach().clone() for n, v in model.state_dict().items()}), 0
+                if patience is not None and rsince >= patience:
+                    break
             if val is not None and phase > 1 and (k % every == 0 or k == n_steps):
                 model.eval()
                 with torch.no_grad():
@@ -477,7 +493,11 @@ def train_phases(model: HPCMECWorldModel,
                     best, since = (score, {n: v.detach().clone() for n, v in model.state_dict().items()}), 0
                 if phase == 3 and patience is not None and since >= patience:
                     break
+        if phase == 1 and rbest[1] is not None:
+            model.load_state_dict(rbest[1])                                             # the best reconstruction of phase 1
     model.requires_grad_(True).eval()
+    if recon_val is not None:
+        model.recon_curve = rcurve
     if val is not None:
         model.val_curve = curve
         if best[1] is not None:
@@ -558,6 +578,45 @@ def paired_difference(a: np.ndarray,  # one error per clip under the first condi
         raise ValueError(f"a and b need at least 2 clips, got {len(a)}")
     d = b - a
     return float(d.mean()), float(d.std(ddof=1) / np.sqrt(len(d)))
+
+def null_margin(a: np.ndarray,  # one error per clip with the arm's own input (the true transfer source), (m,)
+                b: np.ndarray,  # the same clips' errors with the ingredient removed (a reversed or shuffled source), (m,)
+                rel: float = 0.01,  # minimum effect size, as a fraction of the mean of `a`
+                ) -> tuple[float, float]:
+    """A paired null with a minimum effect: (mean of b - a, the margin it must exceed = max(2 SE, rel * mean(a))),
+    with the standard error of `paired_difference`. The arm beats the null when the first exceeds the second."""
+    check_number(rel, "rel", 0.0)
+    d, se = paired_difference(a, b)
+    return d, max(2 * se, rel * float(np.mean(a)))
+
+def direction_free_guess(x0: np.ndarray,  # first frames, (B, H, W)
+                         steps: int,  # frames to predict, k = 1..steps
+                         omegas=OMEGAS,  # the angular velocities a clip may have, degrees per frame
+                         ) -> np.ndarray:
+    """The best guess that knows the first frame and the set of angular velocities but not which one: frame k predicted
+    as the mean over omega of x0 rotated by k omega (Eq. (hm-eq-rotation)); (B, steps, H, W)."""
+    check_int(steps, "steps", 1)
+    x0 = np.asarray(x0, dtype=np.float64)
+    if x0.ndim != 3:
+        raise ValueError(f"x0 must have shape (B, H, W), got {x0.shape}")
+    return np.stack([np.mean([rotate_frames(x0, k * om) for om in omegas], 0) for k in range(1, steps + 1)], 1)
+
+@torch.no_grad()
+def z_replacement_errors(model: HPCMECWorldModel,
+                         x: torch.Tensor,  # clips, (B, T, 1, H, W)
+                         sources: dict,  # name -> None (the clip's own z), "zeros", or an index array (B,) of the clip whose z is used
+                         period: int | None = None,  # 1: teacher forcing; None: pure rollout
+                         ) -> dict:
+    """Per-clip mean squared error of frames 1..T-1 when the rollout from each clip's own codes uses another z:
+    its own, zeros, or that of `sources[name][i]` (as `transfer` does); name -> (B,) array. Encodes the clips once."""
+    check_period(period)
+    res = model.encode(x)
+    z = model.latent_actions(res["g_inf"])
+    out = {}
+    for name, src in sources.items():
+        zz = z if src is None else torch.zeros_like(z) if isinstance(src, str) and src == "zeros" else z[torch.as_tensor(src)]
+        out[name] = ((model._generate(res, zz, period)["s_gen"] - x[:, 1:]) ** 2).mean(dim=(1, 2, 3, 4)).numpy()
+    return out
 
 def identity_probe(feat: np.ndarray,  # features of clips of unseen digits, (m, k)
                    digit: np.ndarray,  # digit of each clip, (m,)
