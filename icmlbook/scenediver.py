@@ -17,8 +17,8 @@ from .core import check_int, check_number
 
 # %% auto #0
 __all__ = ['IMG', 'COLOURS', 'RGB', 'WALL', 'FLOOR', 'TABLE_RGB', 'GRIPPER_RGB', 'TABLE', 'TASKS', 'N_COUNT', 'N_ANSWERS', 'CROP',
-           'make_scene', 'make_query', 'encode_question', 'valid_answers', 'is_hallucination', 'scene_graph',
-           'holding_zone', 'relations', 'graph_text', 'noisy_scene_graph', 'focus_map', 'expand', 'object_focus',
+           'holding_zone', 'make_scene', 'make_query', 'encode_question', 'valid_answers', 'is_hallucination',
+           'scene_graph', 'relations', 'graph_text', 'noisy_scene_graph', 'focus_map', 'expand', 'object_focus',
            'gaussian_blur', 'modulate', 'crop_zoom', 'Verifier', 'verifier_data', 'fit', 'Answerer', 'answer_logits',
            'coarse_plan', 'left_strip', 'fine_verify', 'SceneDiver', 'som_marks', 'multires_crop', 'vcd_logits',
            'region_boxes', 'SlotAttention', 'hungarian_structure_loss', 'entropy_gate', 'SlotFocusAdapter', 'augment',
@@ -29,7 +29,7 @@ IMG = 32  # image side, pixels
 COLOURS = ("red", "green", "blue", "yellow")
 RGB = np.array([[0.90, 0.15, 0.10], [0.10, 0.70, 0.20], [0.15, 0.30, 0.95], [0.95, 0.85, 0.10]], dtype=np.float32)
 WALL, FLOOR, TABLE_RGB, GRIPPER_RGB = (0.72, 0.76, 0.84), (0.45, 0.45, 0.42), (0.58, 0.42, 0.26), (0.15, 0.15, 0.15)
-TABLE = (5, 12, 27, 27)  # the nominal table top (x0, y0, x1, y1), pixels, end-exclusive; each scene draws its own (x0 in 3..7, y0 in 12..14, 22 x 15 px)
+TABLE = (5, 12, 27, 27)  # a nominal table top (x0, y0, x1, y1) for hand-built graphs, pixels, end-exclusive; each scene draws its own (x0 in 3..7, y0 in 13..14, 22 x 15 px)
 TASKS = ("count", "held", "left_of")
 N_COUNT = 5  # count answers 0..4; answers 5..8 are the colours
 N_ANSWERS = N_COUNT + len(COLOURS)
@@ -49,6 +49,11 @@ def _place(rng, region, taken, gap, tries=200):
         if _free(b, taken, gap): return b
     return None
 
+def holding_zone(gripper_box) -> tuple[float, float, float, float]:
+    "Where a held block sits: between the claws, from the cross-piece to 4 px under the gripper box (x0, y0, x1, y1)."
+    x0, _, x1, y1 = gripper_box
+    return (x0 + 1, y1 - 4, x1 - 1, y1 + 4)
+
 def make_scene(seed: int,  # scene seed
                n_obj: int = 6,  # blocks on the table, 4 to 8
                clutter: int = 0,  # 0 = uncluttered (the answerer's training distribution); 1, 2 = more distractors
@@ -57,23 +62,24 @@ def make_scene(seed: int,  # scene seed
     (3x3 squares, four colours), and a gripper holding one block. Two table blocks form the left-of pair: an anchor whose
     colour is unique on the table and a neighbour 1-2 px to its left. Distractors grow with `clutter`: blocks off
     the table (wall shelf, floor) including a copy of the anchor with its own neighbour, colour-like patches that are
-    no block (on the wall, on the table, and one under the held block inside the holding zone), and table blocks
-    that touch each other."""
+    no block (on the wall, on the table), a full-colour look-alike bar at a random place in the holding zone under the
+    held block, and table blocks that touch each other. The held block hangs between the claws at a random offset of
+    -1, 0 or +1 px."""
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
         raise TypeError(f"seed must be an int, got {type(seed).__name__}")
     if not 4 <= n_obj <= 8: raise ValueError(f"n_obj must lie in [4, 8], got {n_obj!r}")
     if clutter not in (0, 1, 2): raise ValueError(f"clutter must be 0, 1 or 2, got {clutter!r}")
     rng = np.random.default_rng(seed)
-    tx, ty = int(rng.integers(3, 8)), int(rng.integers(12, 15))
+    tx, ty = int(rng.integers(3, 8)), int(rng.integers(13, 15))
     table = (tx, ty, tx + 22, ty + 15)  # this scene's table top
     img = np.empty((IMG, IMG, 3), np.float32)
     img[:table[1]] = WALL; img[table[1]:] = FLOOR
     img[table[1]:table[3], table[0]:table[2]] = TABLE_RGB
     objs, taken, patches = [], [], []
 
-    def add_patch(box, colour, where, base):  # a colour-like patch: no block, but a block's colour
+    def add_patch(box, colour, where, base):  # a colour-like patch: no block, but a block's colour (base None: full colour)
         x0, y0, x1, y1 = box
-        img[y0:y1, x0:x1] = 0.75 * RGB[colour] + 0.25 * np.array(base, np.float32)
+        img[y0:y1, x0:x1] = np.clip(RGB[colour] + rng.normal(0, 0.04, 3), 0, 1) if base is None else 0.75 * RGB[colour] + 0.25 * np.array(base, np.float32)
         patches.append({"kind": "patch", "colour": int(colour), "box": box, "where": where}); taken.append(box)
 
     def add(box, colour, where):
@@ -85,9 +91,13 @@ def make_scene(seed: int,  # scene seed
     img[0:5, gx - 1:gx + 2] = GRIPPER_RGB; img[5, gx - 3:gx + 4] = GRIPPER_RGB
     img[6:9, gx - 3] = GRIPPER_RGB; img[6:9, gx + 3] = GRIPPER_RGB
     objs.append({"kind": "gripper", "colour": -1, "box": (gx - 3, 0, gx + 4, 9), "where": "wall"}); taken.append(objs[-1]["box"])
-    add(_box(gx - 1, 6), int(rng.integers(4)), "held")
-    if clutter >= 1:  # a look-alike inside the holding zone: a 4x2 patch one pixel under the held block
-        add_patch((gx - 2, 10, gx + 2, 12), int(rng.integers(4)), "gripper", WALL)
+    add(_box(gx - 1 + int(rng.integers(-1, 2)), 6), int(rng.integers(4)), "held")  # between the claws, jittered by +-1 px
+    zone = holding_zone(objs[0]["box"])
+    if clutter >= 1:  # a full-colour look-alike bar (2x2 or 4x2) of another colour, anywhere in the zone 1 px or more under the held block
+        w = (2, 4)[int(rng.integers(2))]
+        x, y = int(rng.integers(zone[0], zone[2] - w + 1)), int(rng.integers(10, zone[3] - 1))
+        add_patch((x, y, x + w, y + 2), int(rng.choice([c for c in range(4) if c != objs[1]["colour"]])), "gripper", None)
+    taken.append(zone)  # nothing else is placed in the holding zone
     x_col, n_col = (int(c) for c in rng.permutation(4)[:2])
     ax, ay = int(rng.integers(table[0] + 5, table[2] - 3)), int(rng.integers(table[1] + 2, table[3] - 4))
     add(_box(ax, ay), x_col, "table")
@@ -179,11 +189,6 @@ def scene_graph(scene: dict) -> dict:
 def _centre(box): return ((box[0] + box[2]) / 2, (box[1] + box[3]) / 2)
 
 def _inside(p, box): return box[0] <= p[0] < box[2] and box[1] <= p[1] < box[3]
-
-def holding_zone(gripper_box) -> tuple[float, float, float, float]:
-    "Where a held block sits: between the claws, from below the cross-piece to 3 px under the gripper box (x0, y0, x1, y1)."
-    x0, _, x1, y1 = gripper_box
-    return (x0 + 1, y1 - 4, x1 - 1, y1 + 3)
 
 def relations(nodes: list[dict]) -> list[tuple[int, str, int]]:
     "⟨pred⟩ triples read off the boxes: (block, 'on', table), (gripper, 'holds', block), (a, 'left of', b)."
@@ -695,9 +700,14 @@ def augment(imgs: torch.Tensor,  # (B, 3, H, W) uncluttered training images
     return torch.where((u[3] < p)[:, None, None, None], (x + noise).clamp(0, 1), x)
 
 # %% ../nbs/13_scenediver.ipynb #80ca01fd
-def adapter_targets(verified: list[dict], img: torch.Tensor, verifier: Verifier) -> tuple[torch.Tensor, torch.Tensor]:
-    "The structure targets of one query: centres (N, 2) in [0, 1] of the verified set C and their colours (N,) read by the verifier."
+def adapter_targets(verified: list[dict], img: torch.Tensor, verifier: Verifier,
+                    K: int = 6,  # the adapter's slots: Eq. (sd-eq-hungarian) matches at most K objects
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The structure targets of one query: centres (N, 2) in [0, 1] of the verified set C and their colours (N,) read by the
+    verifier; when C holds more than K objects, the K the verifier is surest of (highest p)."""
+    K = check_int(K, "K", 1)
     if not verified: return torch.zeros(0, 2), torch.zeros(0, dtype=torch.long)
+    verified = sorted(verified, key=lambda v: -v["p"])[:K]
     cen = torch.tensor([_centre(v["box"]) for v in verified], dtype=torch.float32)
     with torch.no_grad(): col = verifier(crop_zoom(img, cen, 9.0))[:, 1:].argmax(-1)
     return cen / IMG, col
