@@ -23,8 +23,8 @@ from .core import check_int, check_number
 __all__ = ['WITHIN_FAMILIES', 'RECIPES', 'as_adjacency', 'add_self_loops', 'reach_within', 'connectivity_matrix',
            'reachability_bfs', 'max_component_diameter', 'sample_graphs', 'ood_families', 'DisentangledTransformer',
            'hand_set_algorithm', 'without_heuristic_channel', 'StandardGraphTransformer', 'lr_factor', 'train',
-           'cross_entropy', 'ConstantPredictor', 'exact_match', 'AlwaysConnected', 'exact_match_by_diameter',
-           'benchmark_reachability']
+           'cross_entropy', 'ConstantPredictor', 'exact_match', 'exact_match_floor', 'AlwaysConnected',
+           'exact_match_by_diameter', 'benchmark_reachability']
 
 # %% ../nbs/01_connectivity.ipynb #14ad5ae1
 def as_adjacency(A: Tensor | np.ndarray,  # adjacency matrix or batch, shape (n, n) or (B, n, n), entries in {0, 1}
@@ -153,11 +153,12 @@ def sample_graphs(n: int,  # number of vertices
     rng = np.random.default_rng(seed)
     n_beyond = int(round(beyond_frac * num))
     within, have = [], 0
-    while have < num - n_beyond:
-        A = torch.from_numpy(_erdos_renyi(n, 512, p_range, rng))
-        if max_diam is not None:  # D(A) <= max_diam  <=>  reach within max_diam steps = reachability
-            A = A[(reach_within(A, max_diam) == connectivity_matrix(A)).flatten(1).all(1)]
-        within.append(A[: num - n_beyond - have]); have += len(within[-1])
+    with num_threads(1):  # batches of tiny matrices: on a shared CPU thread start-up dominates (a cap of 2 keeps ~3%)
+        while have < num - n_beyond:
+            A = torch.from_numpy(_erdos_renyi(n, 512, p_range, rng))
+            if max_diam is not None:  # D(A) <= max_diam  <=>  reach within max_diam steps = reachability
+                A = A[(reach_within(A, max_diam) == connectivity_matrix(A)).flatten(1).all(1)]
+            within.append(A[: num - n_beyond - have]); have += len(within[-1])
     beyond = [torch.from_numpy(_path_with_attachment(n, int(rng.integers(max_diam + 2, n + 1)), p_range, rng))
               for _ in range(n_beyond)]
     A = torch.cat(within + ([torch.stack(beyond)] if beyond else []))
@@ -339,13 +340,13 @@ class StandardGraphTransformer(nn.Module):
         return out if A.dim() == 3 else out[0]
 
 # %% ../nbs/01_connectivity.ipynb #332eaf1d
-RECIPES = ("adam", "adamw-cosine")  # the optimisers `train` knows
+RECIPES = ("adam", "adam-cosine", "adamw-cosine")  # the optimisers `train` knows
 
 def lr_factor(step: int,  # optimiser step, 0-based
               steps: int,  # total steps of the run
               warmup: int,  # linear warm-up steps, 1 <= warmup <= steps
               ) -> float:
-    "Learning-rate multiplier of the 'adamw-cosine' recipe: linear warm-up to 1 over `warmup` steps, then cosine decay to 0 at `steps`."
+    "Learning-rate multiplier of the cosine recipes: linear warm-up to 1 over `warmup` steps, then cosine decay to 0 at `steps`."
     step, steps = check_int(step, "step", lo=0), check_int(steps, "steps", lo=1)
     warmup = check_int(warmup, "warmup", lo=1, hi=steps)
     if step < warmup: return (step + 1) / warmup
@@ -359,7 +360,7 @@ def train(model: nn.Module,  # DisentangledTransformer or StandardGraphTransform
           seed: int = 0,  # seeds the mini-batch draws
           record_every: int = 10,  # record loss, channels (and validation loss) every this many steps
           desc: str | None = None,  # progress-bar label
-          recipe: str = "adam",  # "adam": Adam, constant lr; "adamw-cosine": AdamW (weight decay 0.01), 10% warm-up, cosine decay, gradient norm clipped at 1
+          recipe: str = "adam",  # "adam": Adam, constant lr; "adam-cosine": Adam, 10% warm-up, cosine decay, gradient norm clipped at 1; "adamw-cosine": the same with AdamW (weight decay 0.01)
           val: Tensor | None = None,  # validation graphs (M, n, n): early stopping at the lowest validation cross-entropy
           ) -> dict[str, list]:
     """Minimise BCE(sigmoid(R-hat), R) over all n^2 entries (R-hat of Eq. connectivity-eq-readout) on one CPU thread; returns
@@ -382,8 +383,8 @@ def train(model: nn.Module,  # DisentangledTransformer or StandardGraphTransform
 def _train_loop(model, graphs, targets, steps, lr, batch_size, seed, record_every, desc, recipe, val) -> dict[str, list]:
     if recipe == "adam":
         opt, sched = torch.optim.Adam(model.parameters(), lr=lr), None
-    else:
-        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    else:  # the cosine recipes; "adam-cosine" is AdamW without weight decay, i.e. Adam
+        opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01 if recipe == "adamw-cosine" else 0.0)
         warmup = max(1, round(0.1 * steps))
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(min(s, steps), steps, warmup))
     gen = torch.Generator().manual_seed(seed)
@@ -402,7 +403,7 @@ def _train_loop(model, graphs, targets, steps, lr, batch_size, seed, record_ever
                 if v < best[0]: best = (v, step, copy.deepcopy(model.state_dict()))
         if step == steps: break
         opt.zero_grad(); loss.backward()
-        if recipe == "adamw-cosine": nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        if sched is not None: nn.utils.clip_grad_norm_(model.parameters(), 1.0)  # the cosine recipes clip
         opt.step()
         if sched is not None: sched.step()
     if val is not None:
@@ -451,6 +452,15 @@ def exact_match(model: nn.Module,  # a model returning logits R-hat
     A, R = _with_targets(A, R)
     pred = model(A) > 0
     return (pred == (R > 0)).flatten(-2).all(-1).float().mean().item()
+
+def exact_match_floor(n: int,  # vertices per graph
+                      M: int,  # number of graphs
+                      ) -> float:
+    """ln 2 / (2 n^2 M): a mean cross-entropy (Eq. connectivity-eq-readout) over M graphs of n vertices below it puts the summed
+    loss of all n^2 M entries below ln 2 / 2, so every entry's loss is below ln 2, i.e. its prediction 1[R-hat > 0] is right and the
+    exact match is 1. A single wrong entry costs at least ln 2, a mean of ln 2 / (n^2 M), twice the floor."""
+    n, M = check_int(n, "n", lo=1), check_int(M, "M", lo=1)
+    return math.log(2) / (2 * n ** 2 * M)
 
 class AlwaysConnected(nn.Module):
     "The trivial reference: logit +1 for every pair, i.e. always answer 'connected'; its exact match is the share of connected graphs."
