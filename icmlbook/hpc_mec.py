@@ -421,6 +421,23 @@ def _batches(n: int, batch: int, steps: int, rng: np.random.Generator):
     for _ in range(steps):
         yield torch.as_tensor(rng.integers(n, size=batch))
 
+class _EarlyStop:
+    "Early-stopping bookkeeping: the validation curve (steps, scores), the best score and its state, checks since it."
+    def __init__(self):
+        self.curve, self.best, self.state, self.since = ([], []), float("inf"), None, 0
+
+    def check(self, model: nn.Module, score_fn: Callable[[nn.Module], float], step: int) -> int:
+        "Score `model` in eval mode without gradients, keep its state if best; returns the checks since the best."
+        model.eval()
+        with torch.no_grad():
+            score = float(score_fn(model))
+        model.train()
+        self.curve[0].append(step); self.curve[1].append(score)
+        self.since += 1
+        if score < self.best:
+            self.best, self.state, self.since = score, {n: v.detach().clone() for n, v in model.state_dict().items()}, 0
+        return self.since
+
 def train_phases(model: HPCMECWorldModel,
                  x: torch.Tensor,  # training clips, (n, T, 1, H, W)
                  steps: tuple[int, int, int] = (300, 300, 300),  # optimiser steps of phases 1, 2, 3
@@ -446,8 +463,7 @@ def train_phases(model: HPCMECWorldModel,
     if patience is not None:
         check_int(patience, "patience", 1)
     rng, hist = np.random.default_rng(seed), []
-    curve, best, since = ([], []), (float("inf"), None), 0
-    rcurve, rbest, rsince = ([], []), (float("inf"), None), 0
+    track, rtrack = _EarlyStop(), _EarlyStop()                                      # phases 2-3 on `val`; phase 1 on `recon_val`
     torch.manual_seed(seed)
     dyn = [model.inverse, model.forward_dynamics]
     rep = [model.hpc] + ([model.mec] if model.mec is not None else [])
@@ -472,36 +488,20 @@ def train_phases(model: HPCMECWorldModel,
             hist.append(loss.item())
             k = len(hist) - sum(steps[:phase - 1])                                       # step within the phase
             if recon_val is not None and phase == 1 and (k % every == 0 or k == n_steps):
-                model.eval()
-                with torch.no_grad():
-                    score = float(recon_val(model))
-                model.train()
-                rcurve[0].append(len(hist)); rcurve[1].append(score)
-                rsince += 1
-                if score < rbest[0]:
-                    rbest, rsince = (score, {n: v.detach().clone() for n, v in model.state_dict().items()}), 0
-                if patience is not None and rsince >= patience:
+                if rtrack.check(model, recon_val, len(hist)) >= (patience or float("inf")):
                     break
             if val is not None and phase > 1 and (k % every == 0 or k == n_steps):
-                model.eval()
-                with torch.no_grad():
-                    score = float(val(model))
-                model.train()
-                curve[0].append(len(hist)); curve[1].append(score)
-                since += 1
-                if score < best[0]:
-                    best, since = (score, {n: v.detach().clone() for n, v in model.state_dict().items()}), 0
-                if phase == 3 and patience is not None and since >= patience:
+                if track.check(model, val, len(hist)) >= (patience or float("inf")) and phase == 3:
                     break
-        if phase == 1 and rbest[1] is not None:
-            model.load_state_dict(rbest[1])                                             # the best reconstruction of phase 1
+        if phase == 1 and rtrack.state is not None:
+            model.load_state_dict(rtrack.state)                                         # the best reconstruction of phase 1
     model.requires_grad_(True).eval()
     if recon_val is not None:
-        model.recon_curve = rcurve
+        model.recon_curve = rtrack.curve
     if val is not None:
-        model.val_curve = curve
-        if best[1] is not None:
-            model.load_state_dict(best[1])
+        model.val_curve = track.curve
+        if track.state is not None:
+            model.load_state_dict(track.state)
     return hist
 
 # %% ../nbs/19_hpc_mec.ipynb #d947f53d0038
