@@ -25,7 +25,8 @@ __all__ = ['OMEGAS', 'IMAGE_SIZE', 'PATCH', 'PHASE_WEIGHTS', 'PHASE_GAMMA', 'loa
            'HPCModule', 'MECModule', 'InverseModel', 'ForwardBlock', 'ForwardDynamics', 'check_period', 'rollout',
            'HPCMECWorldModel', 'phase_losses', 'phase_loss', 'train_phases', 'FramePredictor', 'train_frame_predictor',
            'clip_features', 'omega_probe', 'paired_difference', 'null_margin', 'direction_free_guess',
-           'z_replacement_errors', 'identity_probe', 'RingCANN', 'AttractorForward']
+           'z_replacement_errors', 'identity_probe', 'RingCANN', 'AttractorForward', 'average_frame',
+           'reference_predictions', 'source_clips']
 
 # %% ../nbs/19_hpc_mec.ipynb #963245910010
 OMEGAS = (-30.0, -15.0, 15.0, 30.0)  # angular velocities, degrees per frame
@@ -594,7 +595,7 @@ def direction_free_guess(x0: np.ndarray,  # first frames, (B, H, W)
                          omegas=OMEGAS,  # the angular velocities a clip may have, degrees per frame
                          ) -> np.ndarray:
     """The best guess that knows the first frame and the set of angular velocities but not which one: frame k predicted
-    as the mean over omega of x0 rotated by k omega (Eq. (hm-eq-rotation)); (B, steps, H, W)."""
+    as the mean over omega of x0 rotated by k omega; (B, steps, H, W)."""
     check_int(steps, "steps", 1)
     x0 = np.asarray(x0, dtype=np.float64)
     if x0.ndim != 3:
@@ -716,4 +717,26 @@ class AttractorForward(nn.Module):
         for _ in range(self.steps):
             u = self.ring.step(u, v)
         return u.to(g.dtype).reshape(g.shape) - g                                         # Delta g, (B, T', N dg)
+
+
+# %% ../nbs/19_hpc_mec.ipynb #4a1397c71e32
+def average_frame(world: dict) -> torch.Tensor:
+    "The average training frame: the mean of every frame of the world's training clips (never its validation or test clips); (C, H, W)."
+    return world["train"]["x"].mean(dim=(0, 1))
+
+def reference_predictions(world: dict) -> dict:
+    """The clip-free predictions of the test clips' frames 1..T-1, each (B, T-1, C, H, W): the last true frame (`copy_last`), the
+    first frame repeated, the average training frame and the direction-free guess (the first frame rotated by k omega, averaged over omega)."""
+    x = world["test"]["x"]
+    B, T1 = len(x), x.shape[1] - 1
+    guess = torch.as_tensor(direction_free_guess(x[:, 0, 0].numpy(), T1), dtype=x.dtype)[:, :, None]
+    return {"copy_last": x[:, :-1], "first_frame": x[:, :1].expand(-1, T1, -1, -1, -1),
+            "average_frame": average_frame(world).expand(B, T1, -1, -1, -1), "direction_free": guess}
+
+def source_clips(clips: dict, seed: int, sign: int = 1) -> np.ndarray:
+    """For each clip, the index of another clip of a different digit with the angular velocity sign * omega (the transfer
+    source; sign -1: the reversed source), or with any angular velocity (sign 0: the shuffled source)."""
+    sign = check_int(sign, "sign", -1, 1)
+    rng, om, dg = np.random.default_rng(seed), np.asarray(clips["omega"]), np.asarray(clips["digit"])
+    return np.array([rng.choice(np.where(((om == sign * om[i]) if sign else True) & (dg != dg[i]))[0]) for i in range(len(om))])
 
