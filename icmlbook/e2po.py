@@ -17,14 +17,15 @@ from .core import check_int, check_number, group_advantages
 
 
 # %% auto #0
-__all__ = ['N_OBJECTS', 'N_ATTRIBUTES', 'SOS', 'EOS', 'VOCAB', 'CONTENT_IDX', 'RADII', 'RING_STEP', 'DECOY_RADII', 'sigma_grid',
-           'sample_ode', 'sde_step_with_logprob', 'dance_sde_step', 'make_prompts', 'target_modes',
+__all__ = ['N_OBJECTS', 'N_ATTRIBUTES', 'SOS', 'EOS', 'VOCAB', 'CONTENT_IDX', 'RADII', 'RING_STEP', 'DECOY_RADII', 'ARM_SPECS',
+           'sigma_grid', 'sample_ode', 'sde_step_with_logprob', 'dance_sde_step', 'make_prompts', 'target_modes',
            'neighbour_attribute', 'sample_pretraining', 'success_reward', 'TextEncoder', 'VelocityField',
            'flow_matching_loss', 'pretrain_base', 'flow_grpo_loss', 'nft_ratio', 'nft_loss', 'EmbeddingPerturbation',
            'perturbation_loss', 'noise_gamma', 'fit_perturbations', 'zero_variance', 'group_means', 'GroupTrainer',
            'FlowGRPOTrainer', 'NFTTrainer', 'E2POTrainer', 'held_out_samples', 'success_diversity',
            'success_by_attribute', 'success_by_prompt', 'mirror_pairs', 'per_prompt_summary', 'second_half_mean',
-           'zero_variance_at_level', 'success_by_condition', 'tune_score']
+           'zero_variance_at_level', 'success_by_condition', 'tune_score', 'task_reward', 'validation_success',
+           'stage_one_conditions', 'train_arm', 'run_seed']
 
 # %% ../nbs/05_e2po.ipynb #8970ce3b
 def sigma_grid(n_steps: int,  # number of sampler steps
@@ -610,4 +611,98 @@ def success_by_condition(trainer: "E2POTrainer", rounds: int = 4) -> np.ndarray:
 def tune_score(hist: dict, tie: float = 1e-4) -> float:
     "Tuning objective: best validation success plus `tie` x the mean of the validation curve (ties at the best broken by the area under the curve)."
     return float(max(hist["eval"]) + check_number(tie, "tie", lo=0) * np.mean(hist["eval"]))
+
+
+# %% ../nbs/05_e2po.ipynb #e2po-helpers
+ARM_SPECS = {"Flow-GRPO": {"kind": "grpo", "G": 24},
+             "NFT-24": {"G": 24},
+             "NFT-48": {"G": 48, "prompts_per_iter": 4},                  # bigger groups, fewer prompts: the same rollouts per iteration
+             "varied initial noise": {"G": 24, "init_scale": 1.5},
+             "E2PO": {"G": 4, "K": 6},
+             "E2PO without schedule": {"G": 4, "K": 6, "schedule": False},
+             "E2PO without anchor": {"G": 4, "K": 6, "anchor": False},
+             "E2PO without Stage I": {"G": 4, "K": 6, "stage1": False}}  # the null: untrained delta ~ N(0, sigma_init^2)
+
+def task_reward(targets: torch.Tensor,  # every prompt's mode mu_{o,a}, (P, 2), from `target_modes`
+                radius: float = 0.3,  # success radius of `success_reward`
+                ) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    "The task's reward (x_0 (N, 2), prompt ids (N,)) -> r (N,): each sample scored by `success_reward` against its own prompt's mode, targets[pid]."
+    if not (isinstance(targets, torch.Tensor) and targets.ndim == 2 and targets.shape[1] == 2):
+        raise ValueError(f"targets must be a (P, 2) tensor of every prompt's mode, got shape {tuple(getattr(targets, 'shape', ()))}")
+    radius = check_number(radius, "radius", lo=0, lo_open=True)
+    def reward(x: torch.Tensor, pid: torch.Tensor) -> torch.Tensor:
+        return success_reward(x, targets[pid], radius)
+    return reward
+
+def validation_success(cond: torch.Tensor,  # the prompts' conditions, (P, d)
+                       reward_fn: Callable, n: int,  # samples per prompt
+                       seed: int,  # the run's seed; its test noise is `seed`, its validation noise `offset + seed`
+                       steps: int = 20, offset: int = 10_000,
+                       ) -> Callable[[VelocityField], float]:
+    "The validation score a run stops early on: flow -> success rate of `held_out_samples` from the validation noise (seed offset + seed), never the test noise."
+    n, seed, offset = check_int(n, "n", 1), check_int(seed, "seed", 0), check_int(offset, "offset", 1)
+    return lambda flow: held_out_samples(flow, cond, reward_fn, n, offset + seed, steps)["ok"].float().mean().item()
+
+def stage_one_conditions(encoder: TextEncoder, tokens: torch.Tensor,  # the prompts, (P, S)
+                         K: int, seed: int,
+                         stage1: bool = True,  # False: the perturbations left at their random initialisation (the null)
+                         steps: int = 100,  # Stage I's Adam steps
+                         cache: dict | None = None,  # (K, seed, stage1) -> conditions, filled on first use
+                         ) -> torch.Tensor:
+    "[c^orig, c_1..c_{K-1}] of every prompt from `fit_perturbations` with the generator of `seed`, (P, K, d); without Stage I the initial delta, untrained."
+    key = (check_int(K, "K", 1), check_int(seed, "seed", 0), bool(stage1))
+    if cache is not None and key in cache:
+        return cache[key]
+    c = fit_perturbations(encoder, tokens, K, steps=check_int(steps, "steps", 0) if stage1 else 0, generator=torch.Generator().manual_seed(seed))
+    if cache is not None:
+        cache[key] = c
+    return c
+
+def train_arm(spec: dict,  # the arm, as in `ARM_SPECS`: "kind" "grpo" is Flow-GRPO, else DiffusionNFT; "K" makes it E2PO, "stage1" False its null
+              flow: VelocityField, cond: torch.Tensor,  # the pretrained base and every prompt's condition c^orig, (P, d)
+              reward_fn: Callable, lr: float, seed: int,
+              iters: int,  # the budget: every arm runs exactly `iters` iterations
+              conditions: Callable[[int, int, bool], torch.Tensor] | None = None,  # (K, seed, stage1) -> (P, K, d), for E2PO arms
+              rho: float = 0.5,  # E2PO's schedule, Eq. (e2po-eq-gamma)
+              evaluate: Callable[[VelocityField], float] | None = None,  # validation score; with it the best evaluated policy is kept
+              n_evals: int = 25,  # evaluations: every max(iters // n_evals, 1) iterations
+              ) -> tuple:
+    """Build one arm's trainer (`FlowGRPOTrainer`, `NFTTrainer`, or `E2POTrainer` on `conditions`; the other keys of `spec` go to it)
+    and train it for `iters` iterations; within that budget the policy kept is the one best on `evaluate` (early stopping). (trainer, history)."""
+    if not isinstance(spec, dict):
+        raise TypeError(f"spec must be a dict of the arm's settings, got {type(spec).__name__}")
+    spec = dict(spec)
+    kind, K, stage1 = spec.pop("kind", "nft"), spec.pop("K", None), spec.pop("stage1", True)
+    iters, n_evals = check_int(iters, "iters", 1), check_int(n_evals, "n_evals", 1)
+    if kind == "grpo":
+        tr = FlowGRPOTrainer(flow, cond, reward_fn, lr=lr, seed=seed, **spec)
+    elif kind != "nft":
+        raise ValueError(f"spec's kind must be 'grpo' or 'nft', got {kind!r}")
+    elif K is None:                                                  # DiffusionNFT, the base trainer
+        tr = NFTTrainer(flow, cond, reward_fn, lr=lr, seed=seed, **spec)
+    else:                                                            # E2PO extends it: K conditionings, the schedule, the anchor
+        if conditions is None:
+            raise ValueError("conditions must be given for an E2PO arm (a spec with K)")
+        tr = E2POTrainer(flow, conditions(K, seed, stage1), reward_fn, lr=lr, seed=seed, rho=rho, **spec)
+    hist = tr.train(iters, evaluate, every=max(iters // n_evals, 1), early_stop=evaluate is not None)
+    return tr, hist
+
+def run_seed(seed: int,
+             lrs: dict,  # arm -> its tuned learning rate; the arms run in this order
+             train: Callable,  # (arm, lr, seed, evaluate) -> (trainer, history): `train_arm` with the task bound
+             held_out: Callable,  # (flow, noise_seed) -> `held_out_samples` of every prompt
+             validation: Callable,  # seed -> the validation score flow -> float (`validation_success`)
+             base_flow: VelocityField,
+             p_k_arm: str | None = "E2PO",  # the arm whose p_k is measured (`success_by_condition`)
+             p_k_rounds: int = 4,
+             ) -> dict:
+    "Every arm on one seed: trained with its learning rate, stopped early on `validation(seed)`, evaluated on the test noise `seed`; the base on the same test noise."
+    seed = check_int(seed, "seed", 0)
+    out = {"base": held_out(base_flow, seed)}
+    for arm, lr in lrs.items():
+        tr, hist = train(arm, lr, seed, validation(seed))
+        out[arm] = {"hist": hist, "rollouts": tr.rollouts, "test": held_out(tr.flow, seed)}
+        if arm == p_k_arm:                                           # p_k of the final policy under each conditioning (Prop. e2po-prop-floor)
+            out[arm]["p_k"] = success_by_condition(tr, p_k_rounds)
+    return out
 
