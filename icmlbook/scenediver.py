@@ -19,10 +19,10 @@ from .core import check_int, check_number
 __all__ = ['IMG', 'COLOURS', 'RGB', 'WALL', 'FLOOR', 'TABLE_RGB', 'GRIPPER_RGB', 'TABLE', 'TASKS', 'N_COUNT', 'N_ANSWERS', 'CROP',
            'holding_zone', 'make_scene', 'make_query', 'encode_question', 'valid_answers', 'is_hallucination',
            'scene_graph', 'relations', 'graph_text', 'noisy_scene_graph', 'focus_map', 'expand', 'object_focus',
-           'gaussian_blur', 'modulate', 'crop_zoom', 'Verifier', 'verifier_data', 'fit', 'Answerer', 'answer_logits',
-           'coarse_plan', 'left_strip', 'fine_verify', 'SceneDiver', 'som_marks', 'multires_crop', 'vcd_logits',
-           'region_boxes', 'SlotAttention', 'hungarian_structure_loss', 'entropy_gate', 'SlotFocusAdapter', 'augment',
-           'adapter_targets', 'distill_adapter', 'adapter_logits']
+           'gaussian_blur', 'modulate', 'crop_zoom', 'Verifier', 'verifier_data', 'EarlyStopping', 'fit', 'Answerer',
+           'answer_logits', 'coarse_plan', 'left_strip', 'fine_verify', 'SceneDiver', 'som_marks', 'multires_crop',
+           'vcd_logits', 'region_boxes', 'SlotAttention', 'hungarian_structure_loss', 'entropy_gate',
+           'SlotFocusAdapter', 'augment', 'adapter_targets', 'distill_adapter', 'adapter_logits']
 
 # %% ../nbs/13_scenediver.ipynb #4d23968c
 IMG = 32  # image side, pixels
@@ -337,16 +337,63 @@ def verifier_data(scenes: list[dict], seed: int, per_scene: int = 12) -> tuple[t
         ys += [1 + o["colour"] for o in blocks] + [0] * len(neg)
     return torch.cat(xs), torch.tensor(ys)
 
-def fit(model: nn.Module, loss_fn, n: int, steps: int, lr: float, batch: int, seed: int, checkpoints=()):
-    "AdamW on random minibatches of n examples: loss_fn(idx) -> scalar. Returns {step: state_dict} at `checkpoints`."
+class EarlyStopping:
+    """Early stopping on a held-out loss (lower is better) for `fit`: `held_out(model)` is measured every `every` steps
+    (the model in eval mode, without gradients). A new best needs a value below the best by more than `min_delta`, so ties
+    keep the earliest state. After `lr_patience` evaluations without a new best the learning rate is multiplied by
+    `factor` (torch's ReduceLROnPlateau, down to `min_lr`); after `patience` training stops. `fit` leaves the model at
+    its best state; `steps`, `values` and `lrs` (the rate each stretch was trained with) record the curve."""
+    def __init__(self, held_out, every: int = 100, patience: int = 6, lr_patience: int = 2, factor: float = 0.5,
+                 min_lr: float = 0.0, min_delta: float = 0.0):
+        if not callable(held_out): raise TypeError(f"held_out must be callable (model -> loss), got {held_out!r}")
+        self.held_out, self.every = held_out, check_int(every, "every", 1)
+        self.patience, self.lr_patience = check_int(patience, "patience", 1), check_int(lr_patience, "lr_patience", 0)
+        self.factor = check_number(factor, "factor", 0.0, 1.0, lo_open=True, hi_open=True)
+        self.min_lr, self.min_delta = check_number(min_lr, "min_lr", 0.0), check_number(min_delta, "min_delta", 0.0)
+        self.steps, self.values, self.lrs = [], [], []
+        self.best, self.best_step, self.best_state, self.bad, self.opt, self.sched = math.inf, None, None, 0, None, None
+
+    def start(self, opt: torch.optim.Optimizer) -> None:
+        "Attach to the optimiser `fit` trains with: its learning-rate schedule."
+        self.opt = opt
+        self.sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, "min", factor=self.factor, patience=self.lr_patience,
+                                                                threshold=self.min_delta, threshold_mode="abs", min_lr=self.min_lr)
+
+    def update(self, step: int, value: float, model: nn.Module) -> bool:
+        "Record the held-out `value` after `step` steps; keep the model's state if it is a new best. Returns whether to stop."
+        v = math.inf if math.isnan(value) else float(value)
+        self.steps.append(int(step)); self.values.append(float(value))
+        self.lrs.append(float(self.opt.param_groups[0]["lr"]) if self.opt is not None else math.nan)
+        if self.best_step is None or v < self.best - self.min_delta:
+            self.best, self.best_step, self.bad = v, int(step), 0
+            self.best_state = {k: t.detach().clone() for k, t in model.state_dict().items()}
+        else:
+            self.bad += 1
+        if self.bad >= self.patience: return True
+        if self.sched is not None: self.sched.step(v)
+        return False
+
+def fit(model: nn.Module, loss_fn, n: int, steps: int, lr: float, batch: int, seed: int, checkpoints=(),
+        stop: EarlyStopping | None = None,  # early stopping on a held-out loss: `steps` is then the cap
+        ) -> dict:
+    """AdamW on random minibatches of n examples: loss_fn(idx) -> scalar. Returns {step: state_dict} at `checkpoints`.
+    With `stop`, the held-out loss sets the learning rate and the length, and the model ends at its best state."""
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4)
+    if stop is not None: stop.start(opt)
     saved = {}
     for step in range(1, steps + 1):
         loss = loss_fn(torch.randint(0, n, (batch,), generator=g))
         opt.zero_grad(); loss.backward(); opt.step()
         if step in checkpoints: saved[step] = {k: v.clone() for k, v in model.state_dict().items()}
+        if stop is not None and step % stop.every == 0:
+            was = model.training; model.eval()
+            with torch.no_grad(): value = float(stop.held_out(model))
+            model.train(was)
+            if stop.update(step, value, model): break
+    if stop is not None and stop.best_state is not None: model.load_state_dict(stop.best_state)
     return saved
+
 
 # %% ../nbs/13_scenediver.ipynb #3e305020
 class Answerer(nn.Module):
@@ -719,7 +766,9 @@ def distill_adapter(adapter: SlotFocusAdapter, answerer: Answerer,
                     targets: list[tuple[torch.Tensor, torch.Tensor]],  # per query: verified centres and colours
                     steps: int = 200, lr: float = 3e-3, batch: int = 32, seed: int = 0, w_struct: float = 0.5,
                     checkpoints: Sequence[int] = (),  # steps at which to keep the adapter's state, into `saved`
-                    saved: dict | None = None) -> list[float]:
+                    saved: dict | None = None,
+                    stop: EarlyStopping | None = None,  # early stopping on a held-out loss (`steps` is then the cap)
+                    ) -> list[float]:
     """Train the adapter on the frozen answerer's features: mask loss BCE(M_pred, pooled focus map), Eq. (sd-eq-mask-loss), plus
     w_struct times the Hungarian structure loss, Eq. (sd-eq-hungarian), averaged over the batch. Returns the loss per step."""
     with torch.no_grad(): feats = answerer.features(imgs)                      # (N, d, 2G, 2G)
@@ -734,7 +783,7 @@ def distill_adapter(adapter: SlotFocusAdapter, answerer: Answerer,
         loss = mask + w_struct * struct
         losses.append(loss.item())
         return loss
-    adapter.train(); kept = fit(adapter, loss_fn, len(imgs), steps, lr, batch, seed, checkpoints); adapter.eval()
+    adapter.train(); kept = fit(adapter, loss_fn, len(imgs), steps, lr, batch, seed, checkpoints, stop); adapter.eval()
     if saved is not None: saved.update(kept)
     return losses
 
