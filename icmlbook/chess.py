@@ -16,9 +16,11 @@ from .core import check_int, check_number
 # %% auto #0
 __all__ = ['CLASS_RECIPES', 'FULL_RANK_CLASS', 'INTERFERER_CYCLES', 'ARCHS', 'sample_times', 'make_sensor_dataset',
            'segment_nodes', 'chebyshev_basis', 'stored_numbers', 'compression_ratio', 'ChessSynthesizer',
-           'RawSynthesizer', 'LowRankSynthesizer', 'ConvNet', 'GRUNet', 'make_net', 'accuracy', 'train_classifier',
+           'cosine_basis', 'dct_coefficients', 'cosine_series', 'band_limited_resample', 'RawSynthesizer',
+           'DCTSynthesizer', 'LowRankSynthesizer', 'ConvNet', 'GRUNet', 'make_net', 'accuracy', 'train_classifier',
            'evaluate_synthetic', 'train_experts', 'expert_net', 'kmeans_select', 'random_select', 'inner_loss',
-           'inter_loss', 'interpolate_expert', 'distill', 'power_spectrum', 'high_frequency_fraction']
+           'inter_loss', 'interpolate_expert', 'distill', 'panel_inner_loss', 'power_spectrum',
+           'high_frequency_fraction']
 
 # %% ../nbs/17_chess.ipynb #f5b8bc6a
 CLASS_RECIPES = (  # three latent sources per class: (kind, frequency in cycles per unit window)
@@ -195,43 +197,109 @@ class ChessSynthesizer(nn.Module):
         return self
 
 # %% ../nbs/17_chess.ipynb #9cfd89ea
+def cosine_basis(n_coef: int,  # coefficients k = 0, ..., n_coef - 1
+                 T: int,  # length of the grid the coefficients belong to
+                 L: int | None = None,  # points to evaluate at (default T)
+                 ) -> np.ndarray:
+    "s_k cos(pi k t_j) at t_j = (j + 1/2) / L, for k < min(n_coef, L) (what an L-point grid can hold), Eq. (chess-eq-dct); shape (min(n_coef, L), L)."
+    check_int(n_coef, "n_coef", 1, check_int(T, "T", 1))
+    L = T if L is None else check_int(L, "L", 1)
+    k = np.arange(min(n_coef, L))[:, None]                                        # (K', 1)
+    return np.where(k == 0, np.sqrt(1 / T), np.sqrt(2 / T)) * np.cos(np.pi * k * sample_times(L)[None, :])
+
+def dct_coefficients(X: torch.Tensor,  # samples on the grid t_i = (i + 1/2) / T, (..., T)
+                     n_coef: int | None = None,  # keep the first n_coef (default: all T)
+                     ) -> torch.Tensor:
+    "The orthonormal DCT-II coefficients a_k of each row, Eq. (chess-eq-dct); shape (..., n_coef)."
+    T = X.shape[-1]
+    return X @ torch.tensor(cosine_basis(T if n_coef is None else n_coef, T), dtype=X.dtype).T
+
+def cosine_series(coef: torch.Tensor,  # DCT-II coefficients a_k of a T-point grid, (..., n_coef)
+                  T: int,  # length of that grid
+                  L: int,  # points to evaluate at
+                  ) -> torch.Tensor:
+    "The cosine series of Eq. (chess-eq-dct) at L points, frequencies k >= L dropped; shape (..., L)."
+    B = torch.tensor(cosine_basis(coef.shape[-1], T, L), dtype=coef.dtype)       # (min(n_coef, L), L)
+    return coef[..., :len(B)] @ B
+
+def band_limited_resample(X: torch.Tensor,  # samples on the grid t_i = (i + 1/2) / T, (..., T)
+                          L: int,  # new length
+                          ) -> torch.Tensor:
+    "X's band-limited interpolant, Eq. (chess-eq-dct), sampled at L points (frequencies an L-point grid cannot hold dropped); shape (..., L)."
+    return cosine_series(dct_coefficients(X), X.shape[-1], L)
+
+def _check_start(X, N: int, C: int, T: int) -> None:
+    if not isinstance(X, torch.Tensor) or tuple(X.shape) != (N, C, T):
+        raise ValueError(f"X must be a tensor of shape (n_class * ipc, C, T) = {(N, C, T)}, "
+                         f"got {tuple(getattr(X, 'shape', ())) or type(X).__name__}")
+
 class RawSynthesizer(nn.Module):
-    "Raw-value synthetic set: N samples of C x T_store values, linearly interpolated to any length (T_store = T: the usual raw set)."
+    "Raw-value synthetic set: N samples of C x T values; at another length, their band-limited interpolant, Eq. (chess-eq-dct)."
     def __init__(self, n_class: int,  # classes
                  ipc: int,  # synthetic samples per class
                  T: int,  # native length
                  C: int,  # channels
-                 T_store: int | None = None,  # values stored per channel (default T)
                  ):
         super().__init__()
         self.n_class, self.ipc = check_int(n_class, "n_class", 1), check_int(ipc, "ipc", 1)
         self.T, self.C = check_int(T, "T", 1), check_int(C, "C", 1)
-        self.T_store = T if T_store is None else check_int(T_store, "T_store", 2)
-        self.values = nn.Parameter(torch.zeros(n_class * ipc, C, self.T_store))     # (N, C, T_store)
+        self.values = nn.Parameter(torch.zeros(n_class * ipc, C, T))                 # (N, C, T)
         self.register_buffer("y", torch.arange(n_class).repeat_interleave(ipc))
 
     def data(self, T: int | None = None) -> torch.Tensor:
-        "The samples at T points (default: native), linear interpolation of the stored grid; shape (N, C, T)."
+        "The samples (native length), or their band-limited interpolant at T points; shape (N, C, T)."
         T = self.T if T is None else check_int(T, "T", 1)
-        return self.values if T == self.T_store else F.interpolate(self.values, size=T, mode="linear", align_corners=False)
+        return self.values if T == self.T else band_limited_resample(self.values, T)
 
     def n_params(self) -> int:
-        "Numbers optimised (= stored): N C T_store."
+        "Numbers optimised (= stored): N C T."
         return self.values.numel()
 
     def n_stored(self) -> int:
-        "Numbers stored: N C T_store."
+        "Numbers stored: N C T."
         return self.values.numel()
 
     @torch.no_grad()
     def init_from_samples(self, X: torch.Tensor,  # real samples, (n_class * ipc, C, T), ordered by class
                           ) -> "RawSynthesizer":
-        "Start from real samples, averaged over T / T_store windows (adaptive_avg_pool1d) when storage is matched."
-        N = self.n_class * self.ipc
-        if not isinstance(X, torch.Tensor) or tuple(X.shape) != (N, self.C, self.T):
-            raise ValueError(f"X must be a tensor of shape (n_class * ipc, C, T) = {(N, self.C, self.T)}, "
-                             f"got {tuple(getattr(X, 'shape', ())) or type(X).__name__}")
-        self.values.copy_(X if self.T_store == self.T else F.adaptive_avg_pool1d(X, self.T_store))
+        "Start from the real samples themselves."
+        _check_start(X, self.n_class * self.ipc, self.C, self.T)
+        self.values.copy_(X)
+        return self
+
+class DCTSynthesizer(nn.Module):
+    "Raw baseline at matched storage: per sample and channel the first n_coef DCT-II coefficients, rendered by Eq. (chess-eq-dct)."
+    def __init__(self, n_class: int,  # classes
+                 ipc: int,  # synthetic samples per class
+                 T: int,  # native length
+                 C: int,  # channels
+                 n_coef: int,  # coefficients kept per channel, K (K / 2 cycles per window)
+                 ):
+        super().__init__()
+        self.n_class, self.ipc = check_int(n_class, "n_class", 1), check_int(ipc, "ipc", 1)
+        self.T, self.C = check_int(T, "T", 1), check_int(C, "C", 1)
+        self.n_coef = check_int(n_coef, "n_coef", 1, T)
+        self.coef = nn.Parameter(torch.zeros(n_class * ipc, C, n_coef))              # a_k, (N, C, K)
+        self.register_buffer("y", torch.arange(n_class).repeat_interleave(ipc))
+
+    def data(self, T: int | None = None) -> torch.Tensor:
+        "The truncated cosine series at T points (default: native); shape (N, C, T)."
+        return cosine_series(self.coef, self.T, self.T if T is None else check_int(T, "T", 1))
+
+    def n_params(self) -> int:
+        "Numbers optimised (= stored): N C K."
+        return self.coef.numel()
+
+    def n_stored(self) -> int:
+        "Numbers stored: N C K."
+        return self.coef.numel()
+
+    @torch.no_grad()
+    def init_from_samples(self, X: torch.Tensor,  # real samples, (n_class * ipc, C, T), ordered by class
+                          ) -> "DCTSynthesizer":
+        "Start from the real samples' first n_coef DCT-II coefficients (the samples low-pass filtered)."
+        _check_start(X, self.n_class * self.ipc, self.C, self.T)
+        self.coef.copy_(dct_coefficients(X, self.n_coef))
         return self
 
 # %% ../nbs/17_chess.ipynb #ee2b3368
@@ -346,13 +414,18 @@ def evaluate_synthetic(X_syn: torch.Tensor,  # synthetic samples, (N, C, T)
                        y_syn: torch.Tensor,  # their labels, (N,)
                        arch: str,  # one of ARCHS
                        X_test: torch.Tensor, y_test: torch.Tensor,  # real test data at the same length T
-                       seed: int, steps: int = 80, lr: float = 3e-3) -> float:
-    "Train a fresh `arch` on the synthetic set and return its accuracy (%) on real data."
+                       seed: int, steps: int = 80, lr: float = 3e-3,
+                       n_nets: int = 3,  # networks trained and averaged; network k is seeded n_nets * seed + k
+                       ) -> float:
+    "Train n_nets fresh `arch` networks on the synthetic set; their mean accuracy (%) on real data."
     if X_syn.shape[1:] != X_test.shape[1:]:
         raise ValueError(f"X_syn and X_test must have the same (C, T), got {tuple(X_syn.shape[1:])} and {tuple(X_test.shape[1:])}")
-    torch.manual_seed(seed)
-    net = make_net(arch, X_syn.shape[1], X_syn.shape[2], int(y_test.max()) + 1)
-    return accuracy(train_classifier(net, X_syn.detach(), y_syn, steps, lr, seed=seed), X_test, y_test)
+    accs = []
+    for k in range(check_int(n_nets, "n_nets", 1)):
+        torch.manual_seed(n_nets * seed + k)
+        net = make_net(arch, X_syn.shape[1], X_syn.shape[2], int(y_test.max()) + 1)
+        accs.append(accuracy(train_classifier(net, X_syn.detach(), y_syn, steps, lr, seed=n_nets * seed + k), X_test, y_test))
+    return float(np.mean(accs))
 
 def train_experts(X: torch.Tensor, y: torch.Tensor,  # real training data, (n, C, T) and (n,)
                   n_experts: int, epochs: int, seed: int, batch: int = 64, lr: float = 3e-3) -> list[tuple[dict, dict]]:
@@ -417,11 +490,13 @@ def interpolate_expert(init: dict, trained: dict, lam: float) -> dict:
     "theta = lam theta_init + (1 - lam) theta_trained, tensor by tensor."
     return {k: lam * init[k] + (1 - lam) * trained[k] for k in trained}
 
-def distill(synth: nn.Module,  # ChessSynthesizer or RawSynthesizer, initialised
+def distill(synth: nn.Module,  # a synthesiser of this page (.data(), .y, .n_class), initialised
             experts: list[tuple[dict, dict]],  # (initial, trained) expert weights
             X_real: torch.Tensor, y_real: torch.Tensor,  # real training data
-            iters: int, lr: float, seed: int, n_real: int = 16) -> list[tuple[float, float]]:
-    "Optimise the synthetic set's parameters with the inner- and inter-class losses; returns the (inner, inter) losses per iteration."
+            iters: int, lr: float, seed: int, n_real: int = 16,
+            callback=None,  # called as callback(i, synth) after iteration i = 1, ..., iters (e.g. to keep snapshots)
+            ) -> list[tuple[float, float]]:
+    "Optimise the synthetic set's parameters with the inner- and inter-class losses, Eq. (chess-eq-loss); returns the (inner, inter) losses per iteration."
     if not lr > 0: raise ValueError(f"lr must be positive, got {lr!r}")
     check_int(n_real, "n_real", 1)
     gen = torch.Generator().manual_seed(seed)
@@ -442,7 +517,27 @@ def distill(synth: nn.Module,  # ChessSynthesizer or RawSynthesizer, initialised
         l_out = inter_loss(functional_call(net, trained, (synth.data(),)), synth.y)
         opt.zero_grad(); l_out.backward(); opt.step()
         history.append((l_in.item(), l_out.item()))
+        if callback is not None: callback(len(history), synth)
     return history
+
+@torch.no_grad()
+def panel_inner_loss(X_syn: torch.Tensor, y_syn: torch.Tensor,  # a synthetic set, (N, C, T) and (N,)
+                     experts: list[tuple[dict, dict]],  # (initial, trained) expert weights
+                     X_real: torch.Tensor, y_real: torch.Tensor,  # real training data
+                     n_draws: int = 8, seed: int = 0, n_real: int = 16) -> float:
+    "The inner-class loss of Eq. (chess-eq-loss) averaged over n_draws draws of (expert, lambda, real batch) made as `distill` makes them; a fixed panel on which two sets can be compared."
+    gen, n_class = torch.Generator().manual_seed(seed), int(y_real.max()) + 1
+    net = ConvNet(X_real.shape[1], n_class).requires_grad_(False)
+    by_class = [torch.nonzero(y_real == c).flatten() for c in range(n_class)]
+    total = 0.0
+    for _ in range(check_int(n_draws, "n_draws", 1)):
+        init, trained = experts[int(torch.randint(len(experts), (1,), generator=gen))]
+        theta = interpolate_expert(init, trained, float(torch.rand(1, generator=gen)))
+        idx = torch.cat([w[torch.randint(len(w), (n_real,), generator=gen)] for w in by_class])
+        _, fr = functional_call(net, theta, (X_real[idx],), {"return_features": True})
+        _, fs = functional_call(net, theta, (X_syn,), {"return_features": True})
+        total += float(inner_loss(fr, fs, y_real[idx], y_syn, n_class))
+    return total / n_draws
 
 # %% ../nbs/17_chess.ipynb #7897cdbb
 def power_spectrum(X: torch.Tensor,  # samples, (N, C, T)
