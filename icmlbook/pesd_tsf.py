@@ -17,9 +17,10 @@ from .core import check_int, check_number
 # %% auto #0
 __all__ = ['MACRO_COLUMNS', 'rlc_ladder_matrices', 'discretize_zoh', 'rlc_energy', 'coupling_matrix', 'simulate_rlc_ladder',
            'RevIN', 'series_decomp', 'Forecaster', 'DLinear', 'PatchTSTLite', 'ITransformerLite', 'fourier_features',
-           'top_fft_periods', 'PeriodicGate', 'DetrendedAttention', 'CSCA', 'orthogonality_penalty',
-           'consistency_penalty', 'reciprocity_penalty', 'rlc_regularizer', 'PESDTSF', 'chronological_windows',
-           'train_forecaster', 'predict', 'evaluate', 'naive_errors', 'map_coupling_spearman', 'load_macrodata']
+           'top_fft_periods', 'PeriodicGate', 'DetrendedAttention', 'normalise_variable_tokens', 'CSCA',
+           'orthogonality_penalty', 'consistency_penalty', 'reciprocity_penalty', 'rlc_regularizer', 'PESDTSF',
+           'chronological_windows', 'train_forecaster', 'predict', 'evaluate', 'naive_errors', 'map_coupling_spearman',
+           'load_macrodata', 'LinearMixing', 'ridge_solution', 'fit_ridge', 'validation_score', 'train_early_stopping']
 
 # %% ../nbs/16_pesd_tsf.ipynb #c3c2a294
 def rlc_ladder_matrices(N: int,  # nodes (capacitors), one observed variable each
@@ -114,7 +115,7 @@ def simulate_rlc_ladder(N: int = 8,  # nodes = observed variables
 
 # %% ../nbs/16_pesd_tsf.ipynb #4ee8058a
 class RevIN(nn.Module):
-    "Reversible instance normalisation (Kim et al. 2022), Eq. (pesd-eq-revin): per window and variable, over time."
+    "Reversible instance normalisation (Kim et al. 2022), Eq. (pesd-eq-revin): per window and variable, over time; x is (B, N, L)."
     def __init__(self, n_vars: int, eps: float = 1e-5, affine: bool = True):
         super().__init__()
         self.eps, self.affine = eps, affine
@@ -139,8 +140,7 @@ def series_decomp(x: torch.Tensor,  # series (..., L)
                   k: int,  # odd moving-average window
                   ) -> tuple[torch.Tensor, torch.Tensor]:
     "trend = MovingAvg_k(x) with edge replication (DLinear), seasonal = x - trend, Eq. (pesd-eq-decomp)."
-    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1 or k % 2 == 0:
-        raise ValueError(f"k must be an odd int >= 1, got {k!r}")
+    if check_int(k, "k", lo=1) % 2 == 0: raise ValueError(f"k must be an odd int >= 1, got {k!r}")
     shape = x.shape
     flat = x.reshape(-1, 1, shape[-1])
     pad = (k - 1) // 2
@@ -150,12 +150,14 @@ def series_decomp(x: torch.Tensor,  # series (..., L)
 
 # %% ../nbs/16_pesd_tsf.ipynb #ef653d25
 def _check_horizon(L, H):
-    check_int(L, "L", 1)
-    if isinstance(H, bool) or not isinstance(H, (int, np.integer)) or H <= 0:
-        raise ValueError(f"H (horizon) must be an int > 0, got {H!r}")
+    "The lookback L and horizon H: ints >= 1 (TypeError for another type, ValueError below 1)."
+    check_int(L, "L", 1); check_int(H, "H", 1)
 
 class Forecaster(nn.Module):
-    "Common interface: forward(x (B, N, L), tau (B,) window start times) -> forecast (B, N, H); penalty() adds to the loss."
+    """Common interface: forward(x (B, N, L), tau (B,) window start times) -> forecast (B, N, H); penalty() adds to the loss.
+    The layout is (batch, variables, time), not the (batch, time, variables) of most forecasting libraries: every operation
+    here (RevIN, the moving average, patching, the maps L -> H) acts along time, which is then the last axis; data in the
+    libraries' layout are passed as x.transpose(1, 2)."""
     def penalty(self) -> torch.Tensor | float:
         return 0.0
 
@@ -268,20 +270,33 @@ class DetrendedAttention(nn.Module):
         return self.o((att @ v).transpose(1, 2).reshape(B, n, d)), att
 
 # %% ../nbs/16_pesd_tsf.ipynb #87910fba
+def normalise_variable_tokens(Z: torch.Tensor,  # variable tokens (B, S, N, d)
+                              eps: float = 1e-5) -> torch.Tensor:
+    "Each feature standardised over the N variables of its scale, Eq. (pesd-eq-csca): what the variables share is removed."
+    return (Z - Z.mean(2, keepdim=True)) / (Z.var(2, keepdim=True, unbiased=False) + eps).sqrt()
+
 class CSCA(nn.Module):
-    "Cross-Scale Collaborative Attention, Eq. (pesd-eq-csca): queries from one scale, keys and values from all scales, over variables."
-    def __init__(self, d: int, n_scales: int):
+    """Cross-Scale Collaborative Attention, Eq. (pesd-eq-csca): queries from one scale, keys and values from all scales, over
+    variables; queries and keys from the normalised variable tokens, cosine logits times a learned scale e^theta."""
+    def __init__(self, d: int, n_scales: int,
+                 logit_scale: float = 10.0,  # e^theta at initialisation (learned; capped at 100)
+                 ):
         super().__init__()
+        check_int(d, "d", lo=1); check_int(n_scales, "n_scales", lo=1)
         self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
         self.n_scales = n_scales
+        self.log_scale = nn.Parameter(torch.tensor(math.log(check_number(logit_scale, "logit_scale", lo=0, lo_open=True))))
 
     def forward(self, Z: torch.Tensor,  # variable tokens (B, S, N, d)
                 ) -> tuple[torch.Tensor, torch.Tensor]:
         "Mixed tokens (B, S, N, d) and inter-variable maps A (B, S, N, N), A^s_ij = sum_s' alpha(i, s; j, s')."
         B, S, N, d = Z.shape
         if S != self.n_scales: raise ValueError(f"Z must hold {self.n_scales} scales, got {S}")
-        keys, vals = self.k(Z).reshape(B, S * N, d), self.v(Z).reshape(B, S * N, d)
-        alpha = torch.softmax(self.q(Z) @ keys.transpose(-1, -2)[:, None] / math.sqrt(d), -1)   # (B, S, N, S N)
+        Zn = normalise_variable_tokens(Z)
+        q, keys = F.normalize(self.q(Zn), dim=-1), F.normalize(self.k(Zn), dim=-1).reshape(B, S * N, d)
+        vals = self.v(Z).reshape(B, S * N, d)
+        scale = self.log_scale.clamp(max=math.log(100.0)).exp()
+        alpha = torch.softmax(scale * q @ keys.transpose(-1, -2)[:, None], -1)                  # (B, S, N, S N)
         A = alpha.reshape(B, S, N, S, N).sum(3)                                                # (B, S, N, N)
         return alpha @ vals[:, None], A
 
@@ -495,3 +510,79 @@ def load_macrodata(columns: tuple[str, ...] = MACRO_COLUMNS) -> np.ndarray:
     missing = [c for c in columns if c not in df.columns]
     if missing: raise ValueError(f"columns must be macrodata columns, unknown: {missing}")
     return 100 * np.diff(np.log(df[list(columns)].to_numpy(dtype=float)), axis=0)
+
+# %% ../nbs/16_pesd_tsf.ipynb #b3d9f4a1
+class LinearMixing(Forecaster):
+    "One linear map from every variable's window to every variable's forecast, (N L) -> (N H): a channel-mixing linear model."
+    def __init__(self, N: int, L: int, H: int):
+        super().__init__()
+        _check_horizon(L, H)
+        self.N = check_int(N, "N", lo=1)
+        self.lin = nn.Linear(self.N * L, self.N * H)
+
+    def forward(self, x, tau=None):
+        return self.lin(x.flatten(1)).reshape(x.shape[0], self.N, -1)                    # (B, N L) -> (B, N, H)
+
+def ridge_solution(Fm: np.ndarray,  # inputs, one row per example (n, p)
+                   T: np.ndarray,  # targets (n, q)
+                   lam: float,  # ridge weight lambda >= 0 on W (the intercept is not penalised)
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    "W (q, p) and b (q,) of Eq. (pesd-eq-ridge), in float64: W^T = (Xc^T Xc + lam I)^-1 Xc^T Yc, b = mean(T) - W mean(F)."
+    lam = check_number(lam, "lam", lo=0)
+    Fm, T = np.asarray(Fm, dtype=np.float64), np.asarray(T, dtype=np.float64)
+    if Fm.ndim != 2 or T.ndim != 2 or len(Fm) != len(T): raise ValueError(f"Fm and T must be (n, p) and (n, q), got {Fm.shape} and {T.shape}")
+    fm, tm = Fm.mean(0), T.mean(0)
+    Fc, Tc = Fm - fm, T - tm
+    W = np.linalg.solve(Fc.T @ Fc + lam * np.eye(Fm.shape[1]), Fc.T @ Tc).T
+    return W, tm - W @ fm
+
+def fit_ridge(model: DLinear | LinearMixing, data: dict, lam: float) -> DLinear | LinearMixing:
+    """Set a DLinear (rows: each variable's window) or a LinearMixing (rows: all N windows at once) to the ridge solution of
+    Eq. (pesd-eq-ridge) on the training windows; a DLinear gets W_t = W_s = W, so its forward is W x + b."""
+    X, Y, _ = data["train"]                                                              # (n, N, L), (n, N, H)
+    if isinstance(model, DLinear):
+        W, b = ridge_solution(X.reshape(-1, X.shape[-1]), Y.reshape(-1, Y.shape[-1]), lam)
+        with torch.no_grad():
+            for lin in (model.trend, model.seasonal): lin.weight.copy_(torch.as_tensor(W))
+            model.trend.bias.copy_(torch.as_tensor(b)); model.seasonal.bias.zero_()
+    elif isinstance(model, LinearMixing):
+        W, b = ridge_solution(X.flatten(1), Y.flatten(1), lam)
+        with torch.no_grad(): model.lin.weight.copy_(torch.as_tensor(W)); model.lin.bias.copy_(torch.as_tensor(b))
+    else: raise TypeError(f"model must be a DLinear or a LinearMixing, got {type(model).__name__}")
+    return model
+
+def validation_score(model: Forecaster, split: tuple, horizons: tuple[int, ...]) -> float:
+    "The claims' quantity on a split: the MSE on the first H steps, averaged over the horizons H."
+    X, Y, tau = split
+    P = predict(model, X, tau)
+    return float(np.mean([((P - Y)[..., :_split_horizon(H, Y)] ** 2).mean().item() for H in horizons]))
+
+def train_early_stopping(model: Forecaster, data: dict, steps: int = 300, lr: float = 3e-3, batch: int = 32, seed: int = 0,
+                         every: int = 25,  # validation every `every` steps (and at step 0)
+                         horizons: tuple[int, ...] | None = None,  # default: the split's whole horizon
+                         ) -> dict:
+    """train_forecaster's Adam loop (the same batches) with `validation_score` at step 0 and every `every` steps; the model
+    ends in its best state, the earliest on ties. Returns {'loss', 'steps', 'val', 'best_step'}."""
+    check_int(steps, "steps", lo=1); check_int(batch, "batch", lo=1); check_int(every, "every", lo=1)
+    check_number(lr, "lr", lo=0, lo_open=True)
+    X, Y, tau = data["train"]
+    horizons = (Y.shape[-1],) if horizons is None else tuple(horizons)
+    g = torch.Generator().manual_seed(seed)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    out = {"loss": [], "steps": [0], "val": [validation_score(model, data["val"], horizons)]}
+    best, best_state = out["val"][0], {k: v.detach().clone() for k, v in model.state_dict().items()}
+    model.train()
+    for step in range(1, steps + 1):
+        i = torch.randint(len(X), (batch,), generator=g)
+        loss = F.mse_loss(model(X[i], tau[i]), Y[i]) + model.penalty()
+        opt.zero_grad(); loss.backward(); opt.step()
+        out["loss"].append(loss.item())
+        if step % every == 0 or step == steps:
+            v = validation_score(model, data["val"], horizons)
+            out["steps"].append(step); out["val"].append(v)
+            if v < best: best, best_state = v, {k: t.detach().clone() for k, t in model.state_dict().items()}
+            model.train()
+    model.load_state_dict(best_state)
+    out["best_step"] = out["steps"][out["val"].index(best)]
+    return out
+
