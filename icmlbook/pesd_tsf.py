@@ -444,20 +444,24 @@ def chronological_windows(Y: np.ndarray,  # series (T, N)
             "mean": mu, "std": sd}
 
 def train_forecaster(model: Forecaster, data: dict, steps: int = 300, lr: float = 3e-3, batch: int = 32,
-                     seed: int = 0) -> list[float]:
+                     seed: int = 0,
+                     on_step=None,  # called as on_step(step) after each step 1..steps (e.g. validation; it must leave the model in train mode)
+                     ) -> list[float]:
     "Adam on MSE + model.penalty() over random training windows for `steps` steps; returns the loss history."
     check_int(steps, "steps", lo=1); check_int(batch, "batch", lo=1)
     if not lr > 0: raise ValueError(f"lr must be > 0, got {lr!r}")
+    if on_step is not None and not callable(on_step): raise TypeError(f"on_step must be callable or None, got {on_step!r}")
     X, Y, tau = data["train"]
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     model.train()
     hist = []
-    for _ in range(steps):
+    for step in range(1, steps + 1):
         i = torch.randint(len(X), (batch,), generator=g)
         loss = F.mse_loss(model(X[i], tau[i]), Y[i]) + model.penalty()
         opt.zero_grad(); loss.backward(); opt.step()
         hist.append(loss.item())
+        if on_step is not None: on_step(step)
     return hist
 
 @torch.no_grad()
@@ -565,24 +569,16 @@ def train_early_stopping(model: Forecaster, data: dict, steps: int = 300, lr: fl
     ends in its best state, the earliest on ties. Returns {'loss', 'steps', 'val', 'best_step'}."""
     check_int(steps, "steps", lo=1); check_int(batch, "batch", lo=1); check_int(every, "every", lo=1)
     check_number(lr, "lr", lo=0, lo_open=True)
-    X, Y, tau = data["train"]
-    horizons = (Y.shape[-1],) if horizons is None else tuple(horizons)
-    g = torch.Generator().manual_seed(seed)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    out = {"loss": [], "steps": [0], "val": [validation_score(model, data["val"], horizons)]}
-    best, best_state = out["val"][0], {k: v.detach().clone() for k, v in model.state_dict().items()}
-    model.train()
-    for step in range(1, steps + 1):
-        i = torch.randint(len(X), (batch,), generator=g)
-        loss = F.mse_loss(model(X[i], tau[i]), Y[i]) + model.penalty()
-        opt.zero_grad(); loss.backward(); opt.step()
-        out["loss"].append(loss.item())
-        if step % every == 0 or step == steps:
-            v = validation_score(model, data["val"], horizons)
-            out["steps"].append(step); out["val"].append(v)
-            if v < best: best, best_state = v, {k: t.detach().clone() for k, t in model.state_dict().items()}
-            model.train()
-    model.load_state_dict(best_state)
-    out["best_step"] = out["steps"][out["val"].index(best)]
+    horizons = (data["train"][1].shape[-1],) if horizons is None else tuple(horizons)
+    out = {"steps": [0], "val": [validation_score(model, data["val"], horizons)]}
+    best = {"val": out["val"][0], "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+    def validate(step: int) -> None:
+        if step % every and step != steps: return
+        v = validation_score(model, data["val"], horizons)
+        out["steps"].append(step); out["val"].append(v)
+        if v < best["val"]: best.update(val=v, state={k: t.detach().clone() for k, t in model.state_dict().items()})
+        model.train()
+    out["loss"] = train_forecaster(model, data, steps, lr, batch, seed, on_step=validate)
+    model.load_state_dict(best["state"])
+    out["best_step"] = out["steps"][out["val"].index(best["val"])]
     return out
-
