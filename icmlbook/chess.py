@@ -394,8 +394,8 @@ def make_net(arch: str,  # one of ARCHS
 
 @torch.no_grad()
 def accuracy(net: nn.Module, X: torch.Tensor, y: torch.Tensor) -> float:
-    "Top-1 accuracy in percent."
-    return float((net(X).argmax(1) == y).float().mean() * 100)
+    "Top-1 accuracy in percent, 100 k / n from the count k of correct answers (no float32 rounding: equal counts give equal values)."
+    return 100 * int((net(X).argmax(1) == y).sum()) / len(y)
 
 def train_classifier(net: nn.Module, X: torch.Tensor, y: torch.Tensor, steps: int, lr: float = 3e-3,
                      batch: int = 64, seed: int = 0) -> nn.Module:
@@ -425,7 +425,7 @@ def evaluate_synthetic(X_syn: torch.Tensor,  # synthetic samples, (N, C, T)
         torch.manual_seed(n_nets * seed + k)
         net = make_net(arch, X_syn.shape[1], X_syn.shape[2], int(y_test.max()) + 1)
         accs.append(accuracy(train_classifier(net, X_syn.detach(), y_syn, steps, lr, seed=n_nets * seed + k), X_test, y_test))
-    return float(np.mean(accs))
+    return round(float(np.mean(accs)), 9)   # rounded: sets whose networks get the same total count tie exactly
 
 def train_experts(X: torch.Tensor, y: torch.Tensor,  # real training data, (n, C, T) and (n,)
                   n_experts: int, epochs: int, seed: int, batch: int = 64, lr: float = 3e-3) -> list[tuple[dict, dict]]:
@@ -494,15 +494,23 @@ def distill(synth: nn.Module,  # a synthesiser of this page (.data(), .y, .n_cla
             experts: list[tuple[dict, dict]],  # (initial, trained) expert weights
             X_real: torch.Tensor, y_real: torch.Tensor,  # real training data
             iters: int, lr: float, seed: int, n_real: int = 16,
-            callback=None,  # called as callback(i, synth) after iteration i = 1, ..., iters (e.g. to keep snapshots)
+            callback=None,  # called as callback(i, synth) after iteration i = 1, ..., iters (counted over the calls sharing `state`)
+            state: dict | None = None,  # an empty dict to keep the draws and Adam's moments in; pass it again to continue the run
             ) -> list[tuple[float, float]]:
-    "Optimise the synthetic set's parameters with the inner- and inter-class losses, Eq. (chess-eq-loss); returns the (inner, inter) losses per iteration."
+    """Optimise the synthetic set's parameters with the inner- and inter-class losses, Eq. (chess-eq-loss); returns the (inner, inter)
+    losses per iteration. Calls of n and then m iterations that share `state` are one run of n + m iterations (early stopping continues a run)."""
     if not lr > 0: raise ValueError(f"lr must be positive, got {lr!r}")
     check_int(n_real, "n_real", 1)
-    gen = torch.Generator().manual_seed(seed)
+    if state is None: state = {}
+    if not isinstance(state, dict): raise TypeError(f"state must be a dict or None, got {type(state).__name__}")
+    if not state:
+        state.update(gen=torch.Generator().manual_seed(seed), lr=lr, seed=seed, done=0, params=list(synth.parameters()),
+                     opt=torch.optim.Adam([{"params": [p], "lr": lr * float(p.detach().pow(2).mean().sqrt()) + 1e-12}
+                                           for p in synth.parameters()]))
+    elif (state["lr"], state["seed"]) != (lr, seed) or any(p is not q for p, q in zip(state["params"], synth.parameters())):
+        raise ValueError(f"state belongs to another run (lr {state['lr']!r}, seed {state['seed']!r}, or another synthesiser)")
+    gen, opt = state["gen"], state["opt"]
     net = ConvNet(X_real.shape[1], synth.n_class).requires_grad_(False)          # a shell for functional_call
-    opt = torch.optim.Adam([{"params": [p], "lr": lr * float(p.detach().pow(2).mean().sqrt()) + 1e-12}
-                            for p in synth.parameters()])
     by_class = [torch.nonzero(y_real == c).flatten() for c in range(synth.n_class)]
     history = []
     for _ in range(check_int(iters, "iters", 0)):
@@ -517,7 +525,8 @@ def distill(synth: nn.Module,  # a synthesiser of this page (.data(), .y, .n_cla
         l_out = inter_loss(functional_call(net, trained, (synth.data(),)), synth.y)
         opt.zero_grad(); l_out.backward(); opt.step()
         history.append((l_in.item(), l_out.item()))
-        if callback is not None: callback(len(history), synth)
+        state["done"] += 1
+        if callback is not None: callback(state["done"], synth)
     return history
 
 @torch.no_grad()
