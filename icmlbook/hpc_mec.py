@@ -23,10 +23,10 @@ __all__ = ['OMEGAS', 'IMAGE_SIZE', 'PATCH', 'PHASE_WEIGHTS', 'PHASE_GAMMA', 'loa
            'make_rotation_clips', 'off_diagonal_covariance_loss', 'variance_hinge_loss', 'smoothing_loss',
            'alignment_loss', 'TransformerBlock', 'causal_mask', 'SpatialTemporalTransformer', 'ResidualMLP',
            'HPCModule', 'MECModule', 'InverseModel', 'ForwardBlock', 'ForwardDynamics', 'check_period', 'rollout',
-           'HPCMECWorldModel', 'phase_losses', 'phase_loss', 'train_phases', 'FramePredictor', 'train_frame_predictor',
-           'clip_features', 'omega_probe', 'paired_difference', 'null_margin', 'direction_free_guess',
-           'z_replacement_errors', 'identity_probe', 'RingCANN', 'AttractorForward', 'average_frame',
-           'reference_predictions', 'source_clips']
+           'HPCMECWorldModel', 'phase_losses', 'phase_loss', 'train_phases', 'with_phase1_of', 'FramePredictor',
+           'train_frame_predictor', 'clip_features', 'omega_probe', 'paired_difference', 'null_margin',
+           'direction_free_guess', 'z_replacement_errors', 'identity_probe', 'RingCANN', 'AttractorForward',
+           'average_frame', 'reference_predictions', 'source_clips']
 
 # %% ../nbs/19_hpc_mec.ipynb #963245910010
 OMEGAS = (-30.0, -15.0, 15.0, 30.0)  # angular velocities, degrees per frame
@@ -310,20 +310,35 @@ class HPCMECWorldModel(nn.Module):
     on detached g, rollout g^_{t+1} = g + F(g, z_t), frames s^ = dec_HPC(dec_MEC(g^)). With `mec=False` it is the
     flat latent-action baseline: the MEC replaced by the identity (g = p, dec_MEC = identity), one z of N z_dim numbers
     per transition read off the whole frame by an inverse model of width `flat_hidden` (the default gives it the
-    HPC-MEC's parameter count), and given to the forward model at every patch. With `attractor` (a `RingCANN` of
+    HPC-MEC's parameter count), and given to the forward model at every patch. With `mec=False, per_patch_z=True` it is
+    the HPC-MEC without its MEC (the ablation): g = p, and z, the inverse and the forward model per patch as in the
+    HPC-MEC (widths `inverse_hidden`, `forward_depth`), on the HPC tokens instead of the grid codes. With `attractor` (a `RingCANN` of
     `mec_dim` neurons) the HPC-MEC's forward model is the ring attractor driven by z (`AttractorForward`), not the MLP."""
     def __init__(self, image_size: int = IMAGE_SIZE, patch: int = PATCH, hpc_dim: int = 32, mec_dim: int = 16,
                  z_dim: int = 4, mec: bool = True, mec_hidden: int = 192, forward_depth: int = 2, inverse_hidden: int = 16,
                  max_T: int = 16, flat_hidden: int = 343,
+                 per_patch_z: bool | None = None,  # one z per patch; None: per patch with the MEC, one per transition without (flat)
                  attractor: nn.Module | None = None):  # a RingCANN of mec_dim neurons: the MEC path-integrates with it (AttractorForward)
         super().__init__()
         self.hpc = HPCModule(image_size, patch, 1, hpc_dim, 1, max_T)
         N = self.hpc.n_patches
         self.mec = MECModule(N, hpc_dim, mec_dim, mec_hidden, 2, max_T) if mec else None
+        if per_patch_z is None:
+            per_patch_z = bool(mec)
+        if not isinstance(per_patch_z, bool):
+            raise TypeError(f"per_patch_z must be None or a bool, got {per_patch_z!r}")
+        if mec and not per_patch_z:
+            raise ValueError("per_patch_z=False (one z per transition) needs mec=False: the flat baseline")
+        if attractor is not None and not mec:
+            raise ValueError("attractor needs mec=True: the ring attractor is the MEC's forward model")
+        self.per_patch_z = per_patch_z
         if mec:
             self.inverse = InverseModel(N, mec_dim, z_dim, inverse_hidden)
             self.forward_dynamics = (ForwardDynamics(N, mec_dim, z_dim, forward_depth) if attractor is None
                                      else AttractorForward(N, mec_dim, z_dim, attractor))
+        elif per_patch_z:                                                                # the HPC-MEC without its MEC
+            self.inverse = InverseModel(N, hpc_dim, z_dim, inverse_hidden)
+            self.forward_dynamics = ForwardDynamics(N, hpc_dim, z_dim, forward_depth)
         else:
             self.inverse = InverseModel(N, hpc_dim, N * z_dim, flat_hidden, per_patch=False)
             self.forward_dynamics = ForwardDynamics(N, hpc_dim, N * z_dim, forward_depth)
@@ -348,7 +363,7 @@ class HPCMECWorldModel(nn.Module):
         return p, self.hpc.hidden2frame(p)
 
     def latent_actions(self, g: torch.Tensor) -> torch.Tensor:
-        "z_t = inv(g_t, g_{t+1}) on detached latents, Eq. (hm-eq-inverse); (B, T-1, N, dz), flat: (B, T-1, 1, N dz)."
+        "z_t = inv(g_t, g_{t+1}) on detached latents, Eq. (hm-eq-inverse); (B, T-1, N, dz) (per patch), flat: (B, T-1, 1, N dz)."
         return self.inverse(g[:, :-1].detach(), g[:, 1:].detach())
 
     def _generate(self, res: dict, z: torch.Tensor, period) -> dict:
@@ -504,6 +519,19 @@ def train_phases(model: HPCMECWorldModel,
         if track.state is not None:
             model.load_state_dict(track.state)
     return hist
+
+def with_phase1_of(model: HPCMECWorldModel,  # an untrained model without a MEC (e.g. the HPC-MEC without its MEC)
+                   phase1: HPCMECWorldModel,  # another model without a MEC after phase 1 (e.g. the flat arm)
+                   ) -> HPCMECWorldModel:
+    """`model` with the HPC of `phase1` (and its `recon_curve`, if any). Without a MEC, phase 1 trains the HPC alone on a loss
+    that involves nothing else, so from the same seed and batches two such models end phase 1 with the same HPC."""
+    if model.mec is not None or phase1.mec is not None:
+        raise ValueError("model and phase1 must both be without a MEC (mec=False): with one, phase 1 trains the MEC too")
+    model.hpc.load_state_dict(phase1.hpc.state_dict())
+    if hasattr(phase1, "recon_curve"):
+        model.recon_curve = phase1.recon_curve
+    return model
+
 
 # %% ../nbs/19_hpc_mec.ipynb #d947f53d0038
 class FramePredictor(nn.Module):
