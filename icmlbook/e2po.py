@@ -23,9 +23,9 @@ __all__ = ['N_OBJECTS', 'N_ATTRIBUTES', 'SOS', 'EOS', 'VOCAB', 'CONTENT_IDX', 'R
            'flow_matching_loss', 'pretrain_base', 'flow_grpo_loss', 'nft_ratio', 'nft_loss', 'EmbeddingPerturbation',
            'perturbation_loss', 'noise_gamma', 'fit_perturbations', 'zero_variance', 'group_means', 'GroupTrainer',
            'FlowGRPOTrainer', 'NFTTrainer', 'E2POTrainer', 'held_out_samples', 'success_diversity',
-           'success_by_attribute', 'success_by_prompt', 'mirror_pairs', 'per_prompt_summary', 'second_half_mean',
-           'zero_variance_at_level', 'success_by_condition', 'tune_score', 'task_reward', 'validation_success',
-           'stage_one_conditions', 'train_arm', 'run_seed']
+           'success_by_attribute', 'success_by_prompt', 'mirror_pairs', 'per_prompt_summary', 'mean_over_running',
+           'second_half_mean', 'zero_variance_at_level', 'success_by_condition', 'tune_score', 'task_reward',
+           'validation_success', 'stage_one_conditions', 'train_arm', 'run_seed']
 
 # %% ../nbs/05_e2po.ipynb #8970ce3b
 def sigma_grid(n_steps: int,  # number of sampler steps
@@ -346,20 +346,30 @@ class GroupTrainer:
               evaluate: Callable[[VelocityField], float] | None = None,  # policy -> held-out score, logged every `every` iterations
               every: int = 10,
               early_stop: bool = False,  # end with the evaluated policy of the best score (the earliest on ties)
+              patience: int | None = None,  # with early_stop: stop once this many evaluations in a row bring no new best (`iters` is then the cap)
               ) -> dict:
-        """Run `iters` iterations; history of the mean intra-group reward std, the fractions of zero-variance groups
-        (all of them, those unanimous at reward 0 and those unanimous at a positive reward), the mean reward, the evaluations."""
+        """Run `iters` iterations, or fewer when `patience` evaluations pass without a new best; history of the mean intra-group
+        reward std, the fractions of zero-variance groups (all of them, those unanimous at reward 0 and those unanimous at a
+        positive reward), the mean reward, the evaluations, the kept iteration `best_iter` and the iterations run `stop_iter`."""
+        iters, every = check_int(iters, "iters", 1), check_int(every, "every", 1)
+        if patience is not None:
+            patience = check_int(patience, "patience", 1)
+            if not (early_stop and evaluate is not None):
+                raise ValueError("patience needs early_stop=True and an evaluate function")
         hist = {"group_std": [], "zero_std_frac": [], "all_failure_frac": [], "all_success_frac": [], "reward": [],
-                "eval_iter": [], "eval": [], "best_iter": None}
+                "eval_iter": [], "eval": [], "best_iter": None, "stop_iter": iters}
         best = None
         def _eval(it):
             nonlocal best
             hist["eval_iter"].append(it); hist["eval"].append(evaluate(self.flow))
             if best is None or hist["eval"][-1] > best[0]:
                 best = (hist["eval"][-1], it, copy.deepcopy(self.flow.state_dict()))
-        for it in range(check_int(iters, "iters", 1)):
+        for it in range(iters):
             if evaluate is not None and it % every == 0:
                 _eval(it)
+                if patience is not None and it - best[1] >= patience * every:   # `patience` evaluations without a new best
+                    hist["stop_iter"] = it
+                    break
             pids = torch.randperm(len(self.cond), generator=self.gen)[:self.prompts_per_iter]
             batch = self.rollout(pids)
             r = self.reward_fn(batch["x0"], batch["pid"])
@@ -377,7 +387,8 @@ class GroupTrainer:
                 self.opt.zero_grad(); loss.backward(); self.opt.step()
             self.end_iteration()
         if evaluate is not None:
-            _eval(iters)
+            if hist["stop_iter"] == iters:
+                _eval(iters)
             if early_stop:
                 self.flow.load_state_dict(best[2]); hist["best_iter"] = best[1]
         self.flow.eval()
@@ -575,6 +586,16 @@ def per_prompt_summary(per: np.ndarray,  # success of each prompt, (P,)
     split = sum(max(per[p], per[q]) >= 0.9 and min(per[p], per[q]) == 0 for p, q in pairs)
     return [float((per == 0).sum()), float((per >= 0.98).sum()), float(per[outward].mean()), float(per[~outward].mean()), float(split)]
 
+def mean_over_running(series: list) -> np.ndarray:
+    "Mean over the seeds of logs that early stopping cut at different lengths: at each point, the mean over the seeds still running; (longest length,)."
+    series = [np.asarray(y, dtype=float) for y in series]
+    if not series or any(y.ndim != 1 or y.size == 0 for y in series):
+        raise ValueError("series must be one or more non-empty 1-d logs")
+    total, count = np.zeros(max(y.size for y in series)), np.zeros(max(y.size for y in series))
+    for y in series:
+        total[:y.size] += y; count[:y.size] += 1
+    return total / count
+
 def second_half_mean(values) -> float:
     "Mean of a per-iteration log over its second half (iterations len // 2 onwards)."
     values = list(values)
@@ -608,9 +629,19 @@ def success_by_condition(trainer: "E2POTrainer", rounds: int = 4) -> np.ndarray:
         trainer.old = old
     return torch.stack(out).mean(0).numpy()
 
-def tune_score(hist: dict, tie: float = 1e-4) -> float:
-    "Tuning objective: best validation success plus `tie` x the mean of the validation curve (ties at the best broken by the area under the curve)."
-    return float(max(hist["eval"]) + check_number(tie, "tie", lo=0) * np.mean(hist["eval"]))
+def tune_score(hists: dict | list[dict],  # one setting's training histories, one per tuning seed
+               iters: int,  # the cap the runs had
+               tie: float = 1e-4,  # below the resolution of a mean validation success (1 / samples), so it decides exact ties only
+               ) -> float:
+    """Tuning objective: the mean over the tuning seeds of the best validation success, minus `tie` x the mean iteration at which
+    each run first reached its best, over `iters`: among settings tied on success, the one that reaches it sooner wins."""
+    hists = [hists] if isinstance(hists, dict) else list(hists)
+    if not hists or not all(isinstance(h, dict) and h.get("eval") for h in hists):
+        raise ValueError("hists must be one or more histories with a non-empty 'eval' curve")
+    iters, tie = check_int(iters, "iters", 1), check_number(tie, "tie", lo=0)
+    best = [max(h["eval"]) for h in hists]
+    when = [h["eval_iter"][int(np.argmax(h["eval"]))] for h in hists]          # argmax: the first iteration at the best
+    return float(np.mean(best) - tie * np.mean(when) / iters)
 
 
 # %% ../nbs/05_e2po.ipynb #e2po-helpers
@@ -661,14 +692,16 @@ def stage_one_conditions(encoder: TextEncoder, tokens: torch.Tensor,  # the prom
 def train_arm(spec: dict,  # the arm, as in `ARM_SPECS`: "kind" "grpo" is Flow-GRPO, else DiffusionNFT; "K" makes it E2PO, "stage1" False its null
               flow: VelocityField, cond: torch.Tensor,  # the pretrained base and every prompt's condition c^orig, (P, d)
               reward_fn: Callable, lr: float, seed: int,
-              iters: int,  # the budget: every arm runs exactly `iters` iterations
+              iters: int,  # the budget: every arm runs `iters` iterations, or fewer when `patience` stops it (the same cap for all)
               conditions: Callable[[int, int, bool], torch.Tensor] | None = None,  # (K, seed, stage1) -> (P, K, d), for E2PO arms
               rho: float = 0.5,  # E2PO's schedule, Eq. (e2po-eq-gamma)
               evaluate: Callable[[VelocityField], float] | None = None,  # validation score; with it the best evaluated policy is kept
               n_evals: int = 25,  # evaluations: every max(iters // n_evals, 1) iterations
+              patience: int | None = None,  # with `evaluate`: stop once this many evaluations in a row bring no new best
               ) -> tuple:
     """Build one arm's trainer (`FlowGRPOTrainer`, `NFTTrainer`, or `E2POTrainer` on `conditions`; the other keys of `spec` go to it)
-    and train it for `iters` iterations; within that budget the policy kept is the one best on `evaluate` (early stopping). (trainer, history)."""
+    and train it for at most `iters` iterations; the policy kept is the one best on `evaluate` (early stopping), and with
+    `patience` training ends once that many evaluations pass without a new best. (trainer, history)."""
     if not isinstance(spec, dict):
         raise TypeError(f"spec must be a dict of the arm's settings, got {type(spec).__name__}")
     spec = dict(spec)
@@ -684,7 +717,8 @@ def train_arm(spec: dict,  # the arm, as in `ARM_SPECS`: "kind" "grpo" is Flow-G
         if conditions is None:
             raise ValueError("conditions must be given for an E2PO arm (a spec with K)")
         tr = E2POTrainer(flow, conditions(K, seed, stage1), reward_fn, lr=lr, seed=seed, rho=rho, **spec)
-    hist = tr.train(iters, evaluate, every=max(iters // n_evals, 1), early_stop=evaluate is not None)
+    hist = tr.train(iters, evaluate, every=max(iters // n_evals, 1), early_stop=evaluate is not None,
+                    patience=None if evaluate is None else patience)
     return tr, hist
 
 def run_seed(seed: int,
