@@ -24,8 +24,8 @@ __all__ = ['N_OBJECTS', 'N_ATTRIBUTES', 'SOS', 'EOS', 'VOCAB', 'CONTENT_IDX', 'R
            'perturbation_loss', 'noise_gamma', 'fit_perturbations', 'zero_variance', 'group_means', 'GroupTrainer',
            'FlowGRPOTrainer', 'NFTTrainer', 'E2POTrainer', 'held_out_samples', 'success_diversity',
            'success_by_attribute', 'success_by_prompt', 'mirror_pairs', 'per_prompt_summary', 'mean_over_running',
-           'second_half_mean', 'zero_variance_at_level', 'success_by_condition', 'tune_score', 'task_reward',
-           'validation_success', 'stage_one_conditions', 'train_arm', 'run_seed']
+           'second_half_mean', 'matched_level', 'two_standard_errors', 'zero_variance_at_level', 'success_by_condition',
+           'tune_score', 'task_reward', 'validation_success', 'stage_one_conditions', 'train_arm', 'run_seed']
 
 # %% ../nbs/05_e2po.ipynb #8970ce3b
 def sigma_grid(n_steps: int,  # number of sampler steps
@@ -601,6 +601,18 @@ def second_half_mean(values) -> float:
     values = list(values)
     if not values: raise ValueError("values must not be empty")
     return float(np.mean(values[len(values) // 2:]))
+
+def matched_level(e2po_evals, nft24_evals) -> float:
+    "C1's matched validation success: the lower of the two arms' best validation successes, a level both reached."
+    e, n = list(e2po_evals), list(nft24_evals)
+    if not e or not n: raise ValueError("e2po_evals and nft24_evals must not be empty")
+    return float(min(max(e), max(n)))
+
+def two_standard_errors(gains) -> float:
+    "Two standard errors of the mean of per-seed paired gains (sample standard deviation, ddof = 1): the margin of C2, C5 and C6."
+    g = np.asarray(gains, dtype=float)
+    if g.ndim != 1 or g.size < 2: raise ValueError(f"gains must be 1-d with at least 2 seeds, got shape {g.shape}")
+    return float(2 * np.std(g, ddof=1) / np.sqrt(g.size))
 
 def zero_variance_at_level(hist: dict,  # a trainer's history (eval_iter, eval, zero_std_frac)
                            level: float,  # the matched validation success
