@@ -404,11 +404,12 @@ def train_see_emotion(model: nn.Module,
                       rec_frames: int = 4,  # emoji frames decoded per step for L_rec (a random subset of the batch's)
                       seed: int = 0,
                       horizon: int | None = None,  # length of the cosine schedule (default: steps); steps < horizon stops early
-                      callback=None,  # called as callback(step, model) after every step (e.g. a validation checkpoint)
+                      callback=None,  # called as callback(step, model) after every step (e.g. a validation checkpoint); True stops the run
                       ) -> list[float]:
     """Joint training on Eq. (ee-eq-felb) with AdamW (weight decay 0.01), cosine schedule, gradient clipping at 1; returns the loss per step.
     `callback(step, model)`, if given, is called after every optimiser step with the 1-based step and the model (after the
-    scheduler has stepped); it may read or copy the model or switch it to eval mode (the next step switches back to training)."""
+    scheduler has stepped); it may read or copy the model or switch it to eval mode (the next step switches back to training); if it returns True the
+    run stops there (early stopping), so the returned list is shorter than `steps`."""
     check_int(steps, "steps", 1); check_int(batch, "batch", 1); check_int(rec_frames, "rec_frames", 1)
     horizon = steps if horizon is None else check_int(horizon, "horizon", steps)
     if not (isinstance(eeg, torch.Tensor) and isinstance(y, torch.Tensor)):
@@ -439,8 +440,8 @@ def train_see_emotion(model: nn.Module,
         nn.utils.clip_grad_norm_(model.parameters(), 1.0, foreach=True)
         opt.step(); sched.step()
         losses.append(out["loss"].item())
-        if callback is not None:
-            callback(step, model)
+        if callback is not None and callback(step, model) is True:
+            break
     return losses
 
 @torch.no_grad()
