@@ -20,7 +20,8 @@ __all__ = ['CLASS_RECIPES', 'FULL_RANK_CLASS', 'INTERFERER_CYCLES', 'ARCHS', 'sa
            'DCTSynthesizer', 'LowRankSynthesizer', 'ConvNet', 'GRUNet', 'make_net', 'accuracy', 'train_classifier',
            'evaluate_synthetic', 'train_experts', 'expert_net', 'kmeans_select', 'random_select', 'inner_loss',
            'inter_loss', 'interpolate_expert', 'distill', 'panel_inner_loss', 'power_spectrum',
-           'high_frequency_fraction']
+           'high_frequency_fraction', 'smoothed_curve', 'first_best', 'compared_version', 'claim_quantities',
+           'null_values']
 
 # %% ../nbs/17_chess.ipynb #f5b8bc6a
 CLASS_RECIPES = (  # three latent sources per class: (kind, frequency in cycles per unit window)
@@ -563,3 +564,73 @@ def high_frequency_fraction(X: torch.Tensor,  # samples, (N, C, T)
         raise ValueError(f"cutoff must be an int in [1, T // 2] = [1, {X.shape[-1] // 2}], got {cutoff!r}")
     P = power_spectrum(X.detach().double())
     return float((P[..., cutoff:].sum(-1) / P[..., 1:].sum(-1).clamp_min(1e-300)).mean())
+
+# %% ../nbs/17_chess.ipynb #97dec444
+def smoothed_curve(reads: dict,  # iteration -> validation score; the smallest key is the start (length 0)
+                   width: int = 3,  # reads per window (odd): the read and (width - 1) / 2 neighbours on each side
+                   ) -> dict:
+    "The centred moving average of a validation curve over `width` reads, at every read with a complete window; the start is kept as it is."
+    check_int(width, "width", 1)
+    if width % 2 == 0: raise ValueError(f"width must be odd, got {width}")
+    if not isinstance(reads, dict) or not reads: raise ValueError("reads must be a non-empty dict of iteration -> score")
+    steps, h = sorted(reads), width // 2
+    out = {steps[0]: float(reads[steps[0]])}
+    for j in range(1, len(steps) - h):
+        out[steps[j]] = float(np.mean([reads[s] for s in steps[max(j - h, 0): j + h + 1]]))
+    return out
+
+def first_best(curve: dict,  # iteration -> (smoothed) validation score
+               ) -> int:
+    "Early stopping: the first iteration with the highest score (0, the start, means: not distilled)."
+    if not isinstance(curve, dict) or not curve: raise ValueError("curve must be a non-empty dict of iteration -> score")
+    best = max(curve.values())
+    return min(i for i, v in curve.items() if v == best)
+
+def compared_version(arm: str,  # a distilled baseline
+                     start: str,  # its undistilled starting point
+                     length: int,  # its length chosen on validation (0: the start won)
+                     ) -> str:
+    "The version of a baseline that the claims compare at one IPC: the distilled set, or its undistilled start when validation chose length 0."
+    return start if check_int(length, "length", 0) == 0 else arm
+
+def claim_quantities(acc: dict,  # seed -> {(arm, ipc, arch): real-test accuracy (%)}
+                     zs: dict,  # seed -> {(arm, ipc, T'): ConvNet accuracy (%) at the new length}
+                     hf: dict,  # seed -> {(arm, ipc): high-frequency share; 'real': the real data's}
+                     stored: dict,  # {arm: numbers stored per sample}
+                     version: dict,  # (baseline, ipc) -> the version compared (`compared_version`)
+                     seeds: list, ipcs: tuple, lengths: tuple,  # verdict seeds, IPCs, zero-shot lengths T'
+                     chess: str = "CHESS", raw: str = "raw (equal IPC)", matched: str = "raw DCT (matched storage)",
+                     low: str = "low rank (distilled)",
+                     ) -> dict:
+    "Every registered claim quantity, per verdict seed (each the mean over IPC): claim id -> quantity -> list (or one number)."
+    a = lambda s, arm, i, arch="ConvNet": acc[s][version.get((arm, i), arm), i, arch]   # a baseline: the version compared
+    over = lambda f: [float(np.mean([f(s, i) for i in ipcs])) for s in seeds]
+    gap = lambda x, y: over(lambda s, i: a(s, x, i) - a(s, y, i))
+    drop = lambda s, arm, i: a(s, arm, i) - (a(s, arm, i, "MLP") + a(s, arm, i, "GRU")) / 2   # ConvNet minus mean(MLP, GRU)
+    z = lambda s, arm, i, L: zs[s][version.get((arm, i), arm), i, L]
+    h = lambda arm: over(lambda s, i: hf[s][version.get((arm, i), arm), i])
+    per_ipc = lambda x, y, i: [float(a(s, x, i) - a(s, y, i)) for s in seeds]
+    return {
+        "C1": {"chess_minus_raw_matched_points": gap(chess, matched), "chess_minus_lowrank_points": gap(chess, low),
+               "lowrank_minus_raw_matched_points": gap(low, matched),
+               **{f"chess_minus_raw_matched_ipc{i}": per_ipc(chess, matched, i) for i in ipcs},
+               **{f"chess_minus_lowrank_ipc{i}": per_ipc(chess, low, i) for i in ipcs}},
+        "C2": {"raw_equal_minus_chess_points": gap(raw, chess), "numbers_ratio": stored[raw] / stored[chess],
+               **{f"raw_equal_minus_chess_ipc{i}": per_ipc(raw, chess, i) for i in ipcs}},
+        "C3": {"chess_cross_arch_drop": over(lambda s, i: drop(s, chess, i)), "raw_cross_arch_drop": over(lambda s, i: drop(s, raw, i))},
+        "C4": {**{f"chess_native_minus_T{L}": over(lambda s, i, L=L: a(s, chess, i) - z(s, chess, i, L)) for L in lengths},
+               **{f"raw_native_minus_T{L}": over(lambda s, i, L=L: a(s, raw, i) - z(s, raw, i, L)) for L in lengths}},
+        "C5": {"chess_hf_fraction": h(chess), "raw_hf_fraction": h(raw), "raw_matched_hf_fraction": h(matched),
+               "lowrank_hf_fraction": h(low), "real_hf_fraction": [float(hf[s]["real"]) for s in seeds]}}
+
+def null_values(acc: dict,  # seed -> {(arm, ipc, 'ConvNet'): real-test accuracy (%)}
+                panel: dict,  # seed -> {(arm, ipc): inner-class loss of the distilled set / of its start}
+                arm: str, start: str,  # a distilled arm and its undistilled start
+                seeds: list, ipcs: list,  # the verdict seeds; the IPCs at which the arm's distilled version is compared
+                ) -> dict:
+    "What an arm's nulls compare: its ConvNet accuracies and loss ratios per IPC and seed, and its and its start's accuracy (mean over `ipcs`) per seed."
+    if not ipcs: raise ValueError("ipcs must name at least one IPC")
+    mean = lambda name: [round(float(np.mean([acc[s][name, i, "ConvNet"] for i in ipcs])), 6) for s in seeds]   # rounded: equal means tie
+    return {"chance": [acc[s][arm, i, "ConvNet"] for s in seeds for i in ipcs],
+            "no progress": [panel[s][arm, i] for s in seeds for i in ipcs],
+            "start": (mean(arm), mean(start))}
