@@ -22,7 +22,8 @@ from .core import check_int
 __all__ = ['CHANNELS', 'CLASSES', 'AUS', 'PROTOTYPES', 'FS', 'EMOJI_SIZE', 'SOURCE_BANDS', 'SOURCE_CENTRES',
            'electrode_positions', 'render_emoji', 'make_eeg_emoji_dataset', 'FourierEmb', 'ChannelMerger',
            'ConvSequence', 'FMENet', 'SeeEmotion', 'EmojiAE', 'rec_loss', 'pretrain_emoji_ae', 'LatentNormaliser',
-           'felb_loss', 'EEGNetStyle', 'train_see_emotion', 'predict', 'accuracy_f1', 'emoji_quality']
+           'felb_loss', 'EEGNetStyle', 'train_see_emotion', 'predict', 'accuracy_f1', 'emoji_quality', 'val_loss',
+           'frame_labels', 'frame_accuracy', 'gain_points', 'over_chance']
 
 # %% ../nbs/15_emoji_eeg.ipynb #e61bcd81
 CHANNELS = ("Fp1", "Fp2", "F7", "F3", "Fz", "F4", "F8", "T7", "C3", "Cz", "C4", "T8",
@@ -463,3 +464,47 @@ def emoji_quality(pred: torch.Tensor, true: torch.Tensor,  # emojis (N, size, si
     p, t = pred.clamp(0, 1)[:, None], true[:, None]
     return {"mse": float(F.mse_loss(p, t)), "psnr": float(peak_signal_noise_ratio(p, t, data_range=1.0)),
             "ssim": float(structural_similarity_index_measure(p, t, data_range=1.0, kernel_size=7))}
+
+# %% ../nbs/15_emoji_eeg.ipynb #b671f896
+@torch.no_grad()
+def val_loss(model: nn.Module, w: dict,  # a world: "eeg" (N, C, T), "y" (N,), and trial indices "train", "val", "test"
+             part: str = "val",  # the part read: the validation subjects unless told otherwise
+             ) -> float:
+    "Mean cross-entropy of the class logits on the trials w[part] (default: the validation subjects), in eval mode; early stopping reads it."
+    if part not in ("train", "val", "test"):
+        raise ValueError(f"part must be 'train', 'val' or 'test', got {part!r}")
+    model.eval()
+    idx = w[part]
+    return F.cross_entropy(model(w["eeg"][idx])[0], w["y"][idx]).item()
+
+def frame_labels(y: np.ndarray,  # the trials' classes, (n,)
+                 K: int,  # emoji frames per trial
+                 ) -> np.ndarray:
+    "The class of each of the n K emoji frames in trial-major order (frame k of trial i at i K + k, the order of `flatten(0, 1)` on (n, K, ...))."
+    check_int(K, "K", 1)
+    return np.repeat(np.asarray(y), K)
+
+def frame_accuracy(frame_pred: np.ndarray,  # a class per emoji frame, (n K,), trial-major
+                   y: np.ndarray,  # the trials' classes, (n,)
+                   K: int,  # emoji frames per trial
+                   ) -> float:
+    "Share of emoji frames labelled with their own trial's class (C3's accuracy of generated emojis)."
+    frame_pred, labels = np.asarray(frame_pred), frame_labels(y, K)
+    if frame_pred.shape != labels.shape:
+        raise ValueError(f"frame_pred must hold len(y) * K = {len(labels)} labels, got shape {frame_pred.shape}")
+    return float(np.mean(frame_pred == labels))
+
+def gain_points(acc: dict[str, float],  # test accuracy per arm, in [0, 1]
+                ) -> dict[str, float]:
+    "C1's and C2's gains over FMENet alone, in points: FMENet + FELB minus FMENet, and the shuffled-face control minus FMENet."
+    base = acc["FMENet"]
+    return {"felb_gain_points": 100 * (acc["FMENet + FELB"] - base),
+            "shuffled_gain_points": 100 * (acc["FELB with shuffled faces"] - base)}
+
+def over_chance(acc: float,  # an accuracy in [0, 1]
+                n_classes: int = len(CLASSES),  # balanced classes: chance is 1 / n_classes
+                ) -> float:
+    "C3's quantity: an accuracy divided by chance, 1 / n_classes."
+    check_int(n_classes, "n_classes", 2)
+    return acc / (1 / n_classes)
+
