@@ -581,8 +581,8 @@ def smoothed_curve(reads: dict,  # iteration -> validation score; the smallest k
     if not isinstance(reads, dict) or not reads: raise ValueError("reads must be a non-empty dict of iteration -> score")
     steps, h = sorted(reads), width // 2
     out = {steps[0]: float(reads[steps[0]])}
-    for j in range(1, len(steps) - h):
-        out[steps[j]] = float(np.mean([reads[s] for s in steps[max(j - h, 0): j + h + 1]]))
+    for j in range(max(h, 1), len(steps) - h):
+        out[steps[j]] = float(np.mean([reads[s] for s in steps[j - h: j + h + 1]]))
     return out
 
 def first_best(curve: dict,  # iteration -> (smoothed) validation score
