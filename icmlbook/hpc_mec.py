@@ -26,7 +26,7 @@ __all__ = ['OMEGAS', 'IMAGE_SIZE', 'PATCH', 'PHASE_WEIGHTS', 'PHASE_GAMMA', 'loa
            'HPCMECWorldModel', 'phase_losses', 'phase_loss', 'train_phases', 'with_phase1_of', 'FramePredictor',
            'train_frame_predictor', 'clip_features', 'omega_probe', 'paired_difference', 'null_margin',
            'direction_free_guess', 'z_replacement_errors', 'identity_probe', 'RingCANN', 'AttractorForward',
-           'average_frame', 'reference_predictions', 'source_clips']
+           'average_frame', 'reference_predictions', 'source_clips', 'transfer_error', 'transfer_selection']
 
 # %% ../nbs/19_hpc_mec.ipynb #963245910010
 OMEGAS = (-30.0, -15.0, 15.0, 30.0)  # angular velocities, degrees per frame
@@ -438,20 +438,25 @@ def _batches(n: int, batch: int, steps: int, rng: np.random.Generator):
         yield torch.as_tensor(rng.integers(n, size=batch))
 
 class _EarlyStop:
-    "Early-stopping bookkeeping: the validation curve (steps, scores), the best score and its state, checks since it."
-    def __init__(self):
-        self.curve, self.best, self.state, self.since = ([], []), float("inf"), None, 0
+    """Early-stopping bookkeeping: the validation curve (steps, scores), the best score and its state, checks since it. The
+    score function returns a score, or a pair (score, gate); with `floor`, a state whose gate is not below `floor` is
+    eligible only while no checked state's gate is below it (among the eligible, the lowest score is best)."""
+    def __init__(self, floor: float | None = None):
+        self.curve, self.gates, self.floor = ([], []), [], floor
+        self.best, self.best_key, self.state, self.since, self.step = float("inf"), (True, float("inf")), None, 0, None
 
     def check(self, model: nn.Module, score_fn: Callable[[nn.Module], float], step: int) -> int:
         "Score `model` in eval mode without gradients, keep its state if best; returns the checks since the best."
         model.eval()
         with torch.no_grad():
-            score = float(score_fn(model))
+            out = score_fn(model)
         model.train()
-        self.curve[0].append(step); self.curve[1].append(score)
+        score, gate = (float(out[0]), float(out[1])) if isinstance(out, tuple) else (float(out), float(out))
+        self.curve[0].append(step); self.curve[1].append(score); self.gates.append(gate)
         self.since += 1
-        if score < self.best:
-            self.best, self.state, self.since = score, {n: v.detach().clone() for n, v in model.state_dict().items()}, 0
+        key = (self.floor is not None and not gate < self.floor, score)                 # ineligible after eligible, then by score
+        if score == score and key < self.best_key:                                       # a nan score is never kept
+            self.best, self.best_key, self.state, self.since, self.step = score, key, {n: v.detach().clone() for n, v in model.state_dict().items()}, 0, step
         return self.since
 
 def train_phases(model: HPCMECWorldModel,
@@ -462,13 +467,18 @@ def train_phases(model: HPCMECWorldModel,
                  every: int = 10,  # validate every `every` steps of each phase, and at the end of each
                  patience: int | None = None,  # stop phase 1 (with `recon_val`) or 3 once this many checks in a row have not improved on the best
                  recon_val: Callable[[HPCMECWorldModel], float] | None = None,  # validation score of phase 1 (reconstruction), for its early stopping
+                 floor: float | None = None,  # with `val` returning (score, gate): keep a state whose gate is >= floor only if none is below
                  ) -> list[float]:
     """The three-phase trainer: (1) HPC + MEC on reconstruction and regularisers; (2) HPC and MEC frozen, inverse and
     forward models trained with teacher forcing (period 1); (3) everything trained on pure rollouts (period None).
     AdamW with cosine decay to lr / 10 in each phase, gradient norm clipped at `clip`. Returns the loss of every step.
-    With `val`, early stopping: the model is scored (in eval mode, without gradients) every `every` steps of phases 2
-    and 3, the curve is kept in `model.val_curve` = (steps, scores), and the best-scoring state is restored at the end;
-    with `patience`, phase 3 also stops once `patience` checks in a row have not improved on the best score. With
+    With `val`, phases 2 and 3 are selected separately: the model is scored (in eval mode, without gradients) every `every`
+    steps of each, each phase has its own tracker of its best state (the lowest score among the states whose gate, the
+    second value `val` may return, is below `floor`, if any is), phase 2's best state is restored before phase 3 starts,
+    and at the end the better of the two phases' best states is kept
+    (phase 3's on a tie); with `patience`, phase 3 stops once `patience` of its own checks in a row have not improved on its
+    own best, counted from its start. The curve of both phases is kept in `model.val_curve` = (steps, scores) and the kept
+    state's phase and step in `model.kept` = (phase, step). With
     `recon_val`, phase 1 is early-stopped the same way on its own score (curve in `model.recon_curve`): checked every
     `every` steps, stopped after `patience` checks without a new best, and its best state restored before phase 2."""
     if len(steps) != 3 or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0 for s in steps):
@@ -479,7 +489,7 @@ def train_phases(model: HPCMECWorldModel,
     if patience is not None:
         check_int(patience, "patience", 1)
     rng, hist = np.random.default_rng(seed), []
-    track, rtrack = _EarlyStop(), _EarlyStop()                                      # phases 2-3 on `val`; phase 1 on `recon_val`
+    rtrack, track = _EarlyStop(), {2: _EarlyStop(floor), 3: _EarlyStop(floor)}      # phase 1 on `recon_val`; phases 2 and 3 on `val`, one tracker each
     torch.manual_seed(seed)
     dyn = [model.inverse, model.forward_dynamics]
     rep = [model.hpc] + ([model.mec] if model.mec is not None else [])
@@ -507,17 +517,23 @@ def train_phases(model: HPCMECWorldModel,
                 if rtrack.check(model, recon_val, len(hist)) >= (patience or float("inf")):
                     break
             if val is not None and phase > 1 and (k % every == 0 or k == n_steps):
-                if track.check(model, val, len(hist)) >= (patience or float("inf")) and phase == 3:
+                if track[phase].check(model, val, len(hist)) >= (patience or float("inf")) and phase == 3:
                     break
         if phase == 1 and rtrack.state is not None:
             model.load_state_dict(rtrack.state)                                         # the best reconstruction of phase 1
+        if phase == 2 and track[2].state is not None:
+            model.load_state_dict(track[2].state)                                       # phase 3 starts from phase 2's best
     model.requires_grad_(True).eval()
     if recon_val is not None:
         model.recon_curve = rtrack.curve
     if val is not None:
-        model.val_curve = track.curve
-        if track.state is not None:
-            model.load_state_dict(track.state)
+        model.val_curve = tuple(track[2].curve[i] + track[3].curve[i] for i in (0, 1))
+        model.val_gates = track[2].gates + track[3].gates
+        done = [p for p in (3, 2) if track[p].state is not None]
+        if done:
+            best = min(done, key=lambda p: track[p].best_key)                          # phase 3 first: it wins a tie
+            model.load_state_dict(track[best].state)
+            model.kept = (best, track[best].step)
     return hist
 
 def with_phase1_of(model: HPCMECWorldModel,  # an untrained model without a MEC (e.g. the HPC-MEC without its MEC)
@@ -767,4 +783,26 @@ def source_clips(clips: dict, seed: int, sign: int = 1) -> np.ndarray:
     sign = check_int(sign, "sign", -1, 1)
     rng, om, dg = np.random.default_rng(seed), np.asarray(clips["omega"]), np.asarray(clips["digit"])
     return np.array([rng.choice(np.where(((om == sign * om[i]) if sign else True) & (dg != dg[i]))[0]) for i in range(len(om))])
+
+@torch.no_grad()
+def transfer_error(model: HPCMECWorldModel, clips: dict, seed: int) -> float:
+    """C1's quantity on `clips`: the pure rollout of each clip's codes under the transitions z of its transfer source (another
+    digit, the same omega; `source_clips` with this seed), mean squared error over frames 1..T-1."""
+    x = clips["x"]
+    return float(F.mse_loss(model.transfer(x[source_clips(clips, seed)], x, None)["s_gen"], x[:, 1:]))
+
+def transfer_selection(world: dict, seed: int) -> tuple[Callable[[HPCMECWorldModel], tuple[float, float]], float]:
+    """The selection rule of phases 2-3, on the world's **validation** clips only: `val(model)` = (transfer error, the own-z
+    7-frame pure-rollout error) and `floor`, the average training frame's error on the same clips. For `train_phases(val=...,
+    floor=...)`: among the checked states whose own-z rollout beats the average training frame, the lowest transfer error."""
+    v = world["val"]
+    x, src = v["x"], source_clips(v, seed)
+    floor = float(F.mse_loss(average_frame(world).expand_as(x[:, 1:]), x[:, 1:]))
+    def val(model):
+        with torch.no_grad():
+            enc = model.encode(x)                                     # one encoding serves both: the sources are validation clips too
+            z = model.latent_actions(enc["g_inf"])
+            tr, own = (model._generate(enc, zz, None)["s_gen"] for zz in (z[src], z))   # as `transfer_error` and model(x, None)
+            return float(F.mse_loss(tr, x[:, 1:])), float(F.mse_loss(own, x[:, 1:]))
+    return val, floor
 
