@@ -24,7 +24,7 @@ __all__ = ['WITHIN_FAMILIES', 'RECIPES', 'as_adjacency', 'add_self_loops', 'reac
            'reachability_bfs', 'max_component_diameter', 'sample_graphs', 'ood_families', 'DisentangledTransformer',
            'hand_set_algorithm', 'without_heuristic_channel', 'StandardGraphTransformer', 'lr_factor', 'train',
            'cross_entropy', 'ConstantPredictor', 'exact_match', 'exact_match_floor', 'AlwaysConnected',
-           'exact_match_by_diameter', 'benchmark_reachability']
+           'exact_match_by_diameter', 'tie_tolerant', 'benchmark_reachability']
 
 # %% ../nbs/01_connectivity.ipynb #14ad5ae1
 def as_adjacency(A: Tensor | np.ndarray,  # adjacency matrix or batch, shape (n, n) or (B, n, n), entries in {0, 1}
@@ -479,6 +479,21 @@ def exact_match_by_diameter(model: nn.Module,  # a model returning logits R-hat
     D = max_component_diameter(A) if D is None else D
     if D.shape != right.shape: raise ValueError(f"D must have shape ({len(A)},), got {tuple(D.shape)}")
     return {int(d): (right[D == d].float().mean().item(), int((D == d).sum())) for d in D.unique()}
+
+# %% ../nbs/01_connectivity.ipynb #c0a1e551
+def tie_tolerant(scores: Sequence[float],  # validation scores of a grid ordered from its shortest (cheapest) setting; lower is better, >= 0
+                 tol: float,  # relative tie tolerance tau >= 0: scores within a factor (1 + tol) of the best tie
+                 ) -> list[float]:
+    """The scores with a relative tie tolerance, for a first-best choice: every score <= (1 + tol) x the lowest becomes
+    (1 + tol) x the lowest, so that the first (shortest) setting within the tolerance wins and the settings inside it tie;
+    the others (and nan, the worst) are unchanged."""
+    tol = check_number(tol, "tol", lo=0)
+    if isinstance(scores, (str, bytes)) or not isinstance(scores, Sequence) or not scores:
+        raise ValueError(f"scores must be a non-empty sequence of numbers, got {scores!r}")
+    v = np.asarray([check_number(s, "scores", lo=0) if not (isinstance(s, float) and math.isnan(s)) else s for s in scores], float)
+    if np.isnan(v).all(): return v.tolist()
+    bound = (1.0 + tol) * np.nanmin(v)  # (1 + tau) x the best
+    return np.maximum(v, bound).tolist()  # the scores up to the bound become the bound; nan stays nan, the worst
 
 # %% ../nbs/01_connectivity.ipynb #89074814
 def benchmark_reachability(sizes: Sequence[int] = (100, 250, 500, 1000),  # numbers of vertices of the single graphs
