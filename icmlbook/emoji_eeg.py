@@ -23,7 +23,8 @@ __all__ = ['CHANNELS', 'CLASSES', 'AUS', 'PROTOTYPES', 'FS', 'EMOJI_SIZE', 'SOUR
            'electrode_positions', 'render_emoji', 'make_eeg_emoji_dataset', 'FourierEmb', 'ChannelMerger',
            'ConvSequence', 'FMENet', 'SeeEmotion', 'EmojiAE', 'rec_loss', 'pretrain_emoji_ae', 'LatentNormaliser',
            'felb_loss', 'EEGNetStyle', 'train_see_emotion', 'predict', 'accuracy_f1', 'emoji_quality', 'val_loss',
-           'frame_labels', 'frame_accuracy', 'gain_points', 'over_chance']
+           'frame_labels', 'frame_accuracy', 'gain_points', 'over_chance', 'val_accuracy', 'schedule_checkpoints',
+           'train_schedule']
 
 # %% ../nbs/15_emoji_eeg.ipynb #e61bcd81
 CHANNELS = ("Fp1", "Fp2", "F7", "F3", "Fz", "F4", "F8", "T7", "C3", "Cz", "C4", "T8",
@@ -507,4 +508,46 @@ def over_chance(acc: float,  # an accuracy in [0, 1]
     "C3's quantity: an accuracy divided by chance, 1 / n_classes."
     check_int(n_classes, "n_classes", 2)
     return acc / (1 / n_classes)
+
+
+# %% ../nbs/15_emoji_eeg.ipynb #5d2b8e94
+@torch.no_grad()
+def val_accuracy(model: nn.Module, w: dict,  # a world: "eeg" (N, C, T), "y" (N,), and trial indices "train", "val", "test"
+                 part: str = "val",  # the part read: the validation subjects unless told otherwise
+                 ) -> float:
+    "Accuracy of the class predictions on the trials w[part] (default: the validation subjects), in eval mode: the tuning score and the validation curve drawn for the verdict runs."
+    if part not in ("train", "val", "test"):
+        raise ValueError(f"part must be 'train', 'val' or 'test', got {part!r}")
+    idx = w[part]
+    return accuracy_f1(predict(model, w["eeg"][idx])[0], w["y"][idx].numpy())[0]
+
+def schedule_checkpoints(length: int,  # the run's schedule length, in optimiser steps
+                         n: int = 11,  # at most this many checkpoints
+                         ) -> list[int]:
+    "Validation checkpoints of a run of `length` steps: geometric by a factor sqrt 2 from length / 2^((n-1)/2) to length (the last one)."
+    check_int(length, "length", 1); check_int(n, "n", 1)
+    return sorted({max(1, round(length * 2 ** (-k / 2))) for k in range(n)})
+
+def train_schedule(model: nn.Module,
+                   eeg: torch.Tensor,  # (N, C, T)
+                   y: torch.Tensor,  # (N,)
+                   length: int,  # the schedule length: optimiser steps, the cosine decaying to ~0 at the last
+                   evaluate,  # evaluate(model) -> float, e.g. the validation accuracy
+                   checkpoints=(),  # steps (1..length) at which evaluate is also recorded (the validation curve)
+                   **kw,  # the rest of train_see_emotion's arguments (lr, batch, seed, the FELB targets, ...)
+                   ) -> tuple[float, list[float]]:
+    """One complete cosine schedule of `length` steps, `train_see_emotion` with steps = horizon = length (no early stopping:
+    the learning rate reaches ~0 at step `length`). Returns evaluate(model) of the final, annealed model (the score by which
+    the length is tuned) and evaluate(model) at each of `checkpoints` (the validation curve)."""
+    check_int(length, "length", 1)
+    if {"steps", "horizon", "callback"} & set(kw):
+        raise ValueError(f"train_schedule sets steps, horizon and callback from length; got {sorted({'steps', 'horizon', 'callback'} & set(kw))}")
+    cps = [int(k) for k in checkpoints]
+    if any(not 1 <= k <= length for k in cps) or len(set(cps)) != len(cps):
+        raise ValueError(f"checkpoints must be distinct steps in 1..{length}, got {list(checkpoints)!r}")
+    curve = []
+    def record(k, m):
+        if k in cps: curve.append(float(evaluate(m)))
+    train_see_emotion(model, eeg, y, steps=length, horizon=length, callback=record, **kw)
+    return float(evaluate(model)), curve
 
