@@ -24,7 +24,7 @@ __all__ = ['CHANNELS', 'CLASSES', 'AUS', 'PROTOTYPES', 'FS', 'EMOJI_SIZE', 'SOUR
            'ConvSequence', 'FMENet', 'SeeEmotion', 'EmojiAE', 'rec_loss', 'pretrain_emoji_ae', 'LatentNormaliser',
            'felb_loss', 'EEGNetStyle', 'train_see_emotion', 'predict', 'accuracy_f1', 'emoji_quality', 'val_loss',
            'frame_labels', 'frame_accuracy', 'gain_points', 'over_chance', 'val_accuracy', 'schedule_checkpoints',
-           'train_schedule']
+           'train_schedule', 'widen_lengths']
 
 # %% ../nbs/15_emoji_eeg.ipynb #e61bcd81
 CHANNELS = ("Fp1", "Fp2", "F7", "F3", "Fz", "F4", "F8", "T7", "C3", "Cz", "C4", "T8",
@@ -550,4 +550,25 @@ def train_schedule(model: nn.Module,
         if k in cps: curve.append(float(evaluate(m)))
     train_see_emotion(model, eeg, y, steps=length, horizon=length, callback=record, **kw)
     return float(evaluate(model)), curve
+
+
+# %% ../nbs/15_emoji_eeg.ipynb #ee7f1a10
+def widen_lengths(grid,  # the schedule lengths tried so far (optimiser steps, distinct positive ints)
+                  chosen: int,  # the chosen length, one of grid (or the end of grid to widen beyond)
+                  lo: int,  # the shortest length the grid may reach
+                  hi: int,  # the longest length the grid may reach
+                  ) -> list[int]:
+    """One bracketing step of a schedule-length grid (the length axis of `run.tune`): a chosen length at the top of the grid
+    adds twice that length, one at the bottom adds half of it, as long as the new length stays within [lo, hi]; an interior
+    choice, or a step that would leave [lo, hi], leaves the grid as it is. Returns the grid sorted ascending."""
+    if isinstance(grid, (str, bytes)) or not hasattr(grid, "__iter__"):
+        raise TypeError(f"grid must be a list of ints, got {type(grid).__name__}")
+    grid = sorted(check_int(L, "grid", 1) for L in grid)
+    if not grid or len(set(grid)) != len(grid): raise ValueError(f"grid must hold distinct lengths, got {grid}")
+    lo = check_int(lo, "lo", 1); hi = check_int(hi, "hi", lo)
+    chosen = check_int(chosen, "chosen", 1)
+    if chosen not in grid: raise ValueError(f"chosen must be one of grid {grid}, got {chosen}")
+    if chosen == grid[-1] and 2 * chosen <= hi: return grid + [2 * chosen]
+    if chosen == grid[0] and chosen % 2 == 0 and chosen // 2 >= lo: return [chosen // 2] + grid
+    return grid
 
