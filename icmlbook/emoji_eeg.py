@@ -22,9 +22,9 @@ from .core import check_int
 __all__ = ['CHANNELS', 'CLASSES', 'AUS', 'PROTOTYPES', 'FS', 'EMOJI_SIZE', 'SOURCE_BANDS', 'SOURCE_CENTRES',
            'electrode_positions', 'render_emoji', 'make_eeg_emoji_dataset', 'FourierEmb', 'ChannelMerger',
            'ConvSequence', 'FMENet', 'SeeEmotion', 'EmojiAE', 'rec_loss', 'pretrain_emoji_ae', 'LatentNormaliser',
-           'felb_loss', 'EEGNetStyle', 'train_see_emotion', 'predict', 'accuracy_f1', 'emoji_quality', 'val_loss',
-           'frame_labels', 'frame_accuracy', 'gain_points', 'over_chance', 'val_accuracy', 'schedule_checkpoints',
-           'train_schedule', 'widen_lengths']
+           'felb_loss', 'EEGNetStyle', 'train_see_emotion', 'predict', 'accuracy_f1', 'emoji_quality', 'frame_labels',
+           'frame_accuracy', 'gain_points', 'over_chance', 'val_accuracy', 'schedule_checkpoints', 'train_schedule',
+           'widen_lengths']
 
 # %% ../nbs/15_emoji_eeg.ipynb #e61bcd81
 CHANNELS = ("Fp1", "Fp2", "F7", "F3", "Fz", "F4", "F8", "T7", "C3", "Cz", "C4", "T8",
@@ -467,17 +467,6 @@ def emoji_quality(pred: torch.Tensor, true: torch.Tensor,  # emojis (N, size, si
             "ssim": float(structural_similarity_index_measure(p, t, data_range=1.0, kernel_size=7))}
 
 # %% ../nbs/15_emoji_eeg.ipynb #b671f896
-@torch.no_grad()
-def val_loss(model: nn.Module, w: dict,  # a world: "eeg" (N, C, T), "y" (N,), and trial indices "train", "val", "test"
-             part: str = "val",  # the part read: the validation subjects unless told otherwise
-             ) -> float:
-    "Mean cross-entropy of the class logits on the trials w[part] (default: the validation subjects), in eval mode; early stopping reads it."
-    if part not in ("train", "val", "test"):
-        raise ValueError(f"part must be 'train', 'val' or 'test', got {part!r}")
-    model.eval()
-    idx = w[part]
-    return F.cross_entropy(model(w["eeg"][idx])[0], w["y"][idx]).item()
-
 def frame_labels(y: np.ndarray,  # the trials' classes, (n,)
                  K: int,  # emoji frames per trial
                  ) -> np.ndarray:
