@@ -15,7 +15,7 @@ from scipy.ndimage import gaussian_filter1d
 from sklearn.metrics import f1_score
 from torch import nn
 from torchmetrics.functional.image import peak_signal_noise_ratio, structural_similarity_index_measure
-from .core import check_int
+from .core import check_int, check_number
 
 
 # %% auto #0
@@ -24,7 +24,7 @@ __all__ = ['CHANNELS', 'CLASSES', 'AUS', 'PROTOTYPES', 'FS', 'EMOJI_SIZE', 'SOUR
            'ConvSequence', 'FMENet', 'SeeEmotion', 'EmojiAE', 'rec_loss', 'pretrain_emoji_ae', 'LatentNormaliser',
            'felb_loss', 'EEGNetStyle', 'train_see_emotion', 'predict', 'accuracy_f1', 'emoji_quality', 'frame_labels',
            'frame_accuracy', 'gain_points', 'over_chance', 'val_accuracy', 'schedule_checkpoints', 'train_schedule',
-           'widen_lengths']
+           'widen_lengths', 'rate_at_end', 'next_rate']
 
 # %% ../nbs/15_emoji_eeg.ipynb #e61bcd81
 CHANNELS = ("Fp1", "Fp2", "F7", "F3", "Fz", "F4", "F8", "T7", "C3", "Cz", "C4", "T8",
@@ -560,4 +560,42 @@ def widen_lengths(grid,  # the schedule lengths tried so far (optimiser steps, d
     if chosen == grid[-1] and 2 * chosen <= hi: return grid + [2 * chosen]
     if chosen == grid[0] and chosen % 2 == 0 and chosen // 2 >= lo: return [chosen // 2] + grid
     return grid
+
+
+# %% ../nbs/15_emoji_eeg.ipynb #ee7f1a12
+def _rate_grid(grid, scores, ladder) -> tuple[list, list, list]:
+    "Checked (grid, scores, ladder): the rates tried, ascending, each on the ladder; their scores; the ladder, ascending."
+    for v, name in ((grid, "grid"), (scores, "scores"), (ladder, "ladder")):
+        if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"): raise TypeError(f"{name} must be a list of numbers, got {type(v).__name__}")
+    grid, scores, ladder = list(grid), [check_number(s, "scores") for s in scores], [check_number(r, "ladder") for r in ladder]
+    if not ladder or any(b <= a for a, b in zip(ladder, ladder[1:])): raise ValueError(f"ladder must be non-empty and ascending, got {ladder}")
+    if not grid or len(set(grid)) != len(grid) or any(r not in ladder for r in grid) or grid != sorted(grid):
+        raise ValueError(f"grid must hold distinct rates of the ladder, ascending, got {grid}")
+    if len(scores) != len(grid): raise ValueError(f"scores must give one score per rate of grid ({len(grid)}), got {len(scores)}")
+    return grid, scores, ladder
+
+def rate_at_end(grid,  # the learning rates tried so far, ascending, each one of `ladder`
+                scores,  # their scores, higher is better (the first of equal scores counts as the best)
+                ladder,  # every rate the grid may reach, ascending
+                ) -> bool:
+    """Whether the best rate is an end of the grid that the ladder could still widen; a best rate at the ladder's own end
+    is left as it is (`run.tune` flags it as an edge of the grid)."""
+    grid, scores, ladder = _rate_grid(grid, scores, ladder)
+    b = int(np.argmax(scores))
+    return (b == 0 and grid[0] != ladder[0]) or (b == len(grid) - 1 and grid[-1] != ladder[-1])
+
+def next_rate(grid,  # the learning rates tried so far, ascending, each one of `ladder`
+              scores,  # their scores, higher is better (the first of equal scores counts as the best)
+              ladder,  # every rate the grid may reach, ascending
+              ) -> float | None:
+    """The rate one bracketing step adds: the ladder's next rate beyond the best rate when that is an end of the grid, else
+    beyond the better-scoring end (the upper one on a tie); beyond the other end when the ladder has no rate left on that
+    side; None when the grid already reaches both ends of the ladder."""
+    grid, scores, ladder = _rate_grid(grid, scores, ladder)
+    b, lo, hi = int(np.argmax(scores)), ladder.index(grid[0]), ladder.index(grid[-1])
+    down = b == 0 or (b < len(grid) - 1 and scores[0] > scores[-1])
+    if down and lo == 0: down = False
+    if not down and hi == len(ladder) - 1: down = lo > 0
+    if down: return ladder[lo - 1]
+    return ladder[hi + 1] if hi < len(ladder) - 1 else None
 
