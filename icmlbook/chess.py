@@ -19,9 +19,9 @@ __all__ = ['CLASS_RECIPES', 'FULL_RANK_CLASS', 'INTERFERER_CYCLES', 'ARCHS', 'sa
            'cosine_basis', 'dct_coefficients', 'cosine_series', 'band_limited_resample', 'RawSynthesizer',
            'DCTSynthesizer', 'LowRankSynthesizer', 'AvgPool2', 'ConvNet', 'GRUNet', 'make_net', 'accuracy',
            'train_classifier', 'evaluate_synthetic', 'train_experts', 'expert_net', 'kmeans_select', 'random_select',
-           'inner_loss', 'inter_loss', 'interpolate_expert', 'distill', 'panel_inner_loss', 'power_spectrum',
-           'high_frequency_fraction', 'smoothed_curve', 'first_best', 'compared_version', 'claim_quantities',
-           'null_values']
+           'real_stats', 'inner_loss', 'inter_loss', 'interpolate_expert', 'Draws', 'distill', 'panel_inner_loss',
+           'power_spectrum', 'high_frequency_fraction', 'smoothed_curve', 'first_best', 'compared_version',
+           'claim_quantities', 'null_values']
 
 # %% ../nbs/17_chess.ipynb #f5b8bc6a
 CLASS_RECIPES = (  # three latent sources per class: (kind, frequency in cycles per unit window)
@@ -473,19 +473,33 @@ def random_select(y: torch.Tensor, ipc: int, seed: int) -> torch.Tensor:
     return torch.cat([w[torch.randperm(len(w), generator=gen)[:ipc]] for w in groups])
 
 # %% ../nbs/17_chess.ipynb #748fa0eb
-def inner_loss(feats_real: list[torch.Tensor],  # block features of the real batch, [(n, ch, L)] x 3
+def real_stats(feats_real: list[torch.Tensor],  # block features of the real batch, [(n, ch, L)] x 3
+               y_real: torch.Tensor, n_class: int) -> list[list[tuple]]:
+    "Per class and block, the real batch's feature mean and std over samples (std None below 2 samples): what `inner_loss` needs of the real side."
+    out = []
+    for c in range(n_class):
+        r = y_real == c
+        out.append([(a.mean(0), a.std(0) if len(a) >= 2 else None) for a in (fr[r] for fr in feats_real)])
+    return out
+
+def inner_loss(feats_real: list[torch.Tensor] | None,  # block features of the real batch, [(n, ch, L)] x 3 (None with `stats`)
                feats_syn: list[torch.Tensor],  # block features of the synthetic set, [(N, ch, L)] x 3
-               y_real: torch.Tensor, y_syn: torch.Tensor, n_class: int, std_weight: float = 0.1) -> torch.Tensor:
+               y_real: torch.Tensor | None, y_syn: torch.Tensor, n_class: int, std_weight: float = 0.1,
+               stats: list | None = None,  # real_stats(feats_real, y_real, n_class), computed once and shared (then the real features are not needed)
+               ) -> torch.Tensor:
     "Inner-class loss: per class and block, ||mean_syn - mean_real||^2 (+ 0.1 ||std_syn - std_real||^2), times the synthetic last-block size."
+    if stats is None: stats = real_stats(feats_real, y_real, n_class)
+    if len(stats) != n_class or any(len(st) != len(feats_syn) for st in stats):
+        raise ValueError(f"stats must hold {len(feats_syn)} blocks for each of the {n_class} classes")
     total = 0.0
     for c in range(n_class):
-        r, s = y_real == c, y_syn == c
+        s = y_syn == c
         loss = 0.0
-        for fr, fs in zip(feats_real, feats_syn):
-            a, b = fr[r], fs[s]
-            loss = loss + ((a.mean(0) - b.mean(0)) ** 2).mean()
-            if len(a) >= 2 and len(b) >= 2:
-                loss = loss + std_weight * ((a.std(0) - b.std(0)) ** 2).mean()
+        for (mean, std), fs in zip(stats[c], feats_syn):
+            b = fs[s]
+            loss = loss + ((mean - b.mean(0)) ** 2).mean()
+            if std is not None and len(b) >= 2:
+                loss = loss + std_weight * ((std - b.std(0)) ** 2).mean()
         total = total + loss * feats_syn[-1][s].numel()
     return total
 
@@ -497,12 +511,51 @@ def interpolate_expert(init: dict, trained: dict, lam: float) -> dict:
     "theta = lam theta_init + (1 - lam) theta_trained, tensor by tensor."
     return {k: lam * init[k] + (1 - lam) * trained[k] for k in trained}
 
+class Draws:
+    """The draws of `distill` and `panel_inner_loss` on one world with one seed: for iteration i = 0, 1, ..., the expert, lambda
+    and real batch drawn from a generator seeded with `seed`, with the interpolated expert and the real batch's statistics
+    (`real_stats`). Each is computed once, when first needed; every call given this object reads the same ones."""
+    def __init__(self, experts: list[tuple[dict, dict]],  # (initial, trained) expert weights
+                 X_real: torch.Tensor, y_real: torch.Tensor,  # real training data
+                 seed: int, n_real: int = 16):
+        self.experts, self.X_real, self.y_real = experts, X_real, y_real
+        self.seed, self.n_real, self.n_class = seed, check_int(n_real, "n_real", 1), int(y_real.max()) + 1
+        self._versions = self._version_of(experts, X_real, y_real)
+        self._gen = torch.Generator().manual_seed(seed)
+        self._net = ConvNet(X_real.shape[1], self.n_class).requires_grad_(False)        # a shell for functional_call
+        self._by_class = [torch.nonzero(y_real == c).flatten() for c in range(self.n_class)]
+        self._made = []
+
+    @staticmethod
+    def _version_of(experts, X_real, y_real) -> tuple:
+        "torch's in-place-write counters of the data and the expert weights: they change when a tensor is modified in place."
+        return (X_real._version, y_real._version, *(v._version for e in experts for w in e for v in w.values()))
+
+    def check(self, experts, X_real, y_real, seed: int, n_real: int, n_class: int) -> "Draws":
+        "Raise unless this object's draws are the ones a call with these arguments would make (the same objects, unchanged)."
+        if (experts is not self.experts or X_real is not self.X_real or y_real is not self.y_real or (seed, n_real, n_class)
+                != (self.seed, self.n_real, self.n_class) or self._version_of(experts, X_real, y_real) != self._versions):
+            raise ValueError("draws belong to another world, seed, n_real or number of classes (or the data changed since)")
+        return self
+
+    def __getitem__(self, i: int) -> tuple[dict, dict, dict, list]:
+        "Iteration i's (interpolated expert theta, trained expert, real batch indices, real_stats of its features)."
+        while len(self._made) <= i:
+            init, trained = self.experts[int(torch.randint(len(self.experts), (1,), generator=self._gen))]
+            theta = interpolate_expert(init, trained, float(torch.rand(1, generator=self._gen)))
+            idx = torch.cat([w[torch.randint(len(w), (self.n_real,), generator=self._gen)] for w in self._by_class])
+            with torch.no_grad():
+                _, fr = functional_call(self._net, theta, (self.X_real[idx],), {"return_features": True})
+            self._made.append((theta, trained, idx, real_stats(fr, self.y_real[idx], self.n_class)))
+        return self._made[i]
+
 def distill(synth: nn.Module,  # a synthesiser of this page (.data(), .y, .n_class), initialised
             experts: list[tuple[dict, dict]],  # (initial, trained) expert weights
             X_real: torch.Tensor, y_real: torch.Tensor,  # real training data
             iters: int, lr: float, seed: int, n_real: int = 16,
             callback=None,  # called as callback(i, synth) after iteration i = 1, ..., iters (counted over the calls sharing `state`)
             state: dict | None = None,  # an empty dict to keep the draws and Adam's moments in; pass it again to continue the run
+            draws: Draws | None = None,  # Draws(experts, X_real, y_real, seed, n_real), to share the draws with other runs (the same numbers)
             ) -> list[tuple[float, float]]:
     """Optimise the synthetic set's parameters with the inner- and inter-class losses, Eq. (chess-eq-loss); returns the (inner, inter)
     losses per iteration. Calls of n and then m iterations that share `state` are one run of n + m iterations (early stopping continues a run)."""
@@ -510,24 +563,22 @@ def distill(synth: nn.Module,  # a synthesiser of this page (.data(), .y, .n_cla
     check_int(n_real, "n_real", 1)
     if state is None: state = {}
     if not isinstance(state, dict): raise TypeError(f"state must be a dict or None, got {type(state).__name__}")
+    if state and ((state["lr"], state["seed"]) != (lr, seed) or any(p is not q for p, q in zip(state["params"], synth.parameters()))):
+        raise ValueError(f"state belongs to another run (lr {state['lr']!r}, seed {state['seed']!r}, or another synthesiser)")
+    if state and draws is not None and draws is not state["draws"]:
+        raise ValueError("state belongs to a run with other draws")
+    if draws is None: draws = state["draws"] if state else Draws(experts, X_real, y_real, seed, n_real)
+    draws.check(experts, X_real, y_real, seed, n_real, synth.n_class)
     if not state:
-        state.update(gen=torch.Generator().manual_seed(seed), lr=lr, seed=seed, done=0, params=list(synth.parameters()),
+        state.update(draws=draws, lr=lr, seed=seed, done=0, params=list(synth.parameters()),
                      opt=torch.optim.Adam([{"params": [p], "lr": lr * float(p.detach().pow(2).mean().sqrt()) + 1e-12}
                                            for p in synth.parameters()], foreach=True))
-    elif (state["lr"], state["seed"]) != (lr, seed) or any(p is not q for p, q in zip(state["params"], synth.parameters())):
-        raise ValueError(f"state belongs to another run (lr {state['lr']!r}, seed {state['seed']!r}, or another synthesiser)")
-    gen, opt = state["gen"], state["opt"]
-    net = ConvNet(X_real.shape[1], synth.n_class).requires_grad_(False)          # a shell for functional_call
-    by_class = [torch.nonzero(y_real == c).flatten() for c in range(synth.n_class)]
+    opt, net = state["opt"], draws._net
     history = []
     for _ in range(check_int(iters, "iters", 0)):
-        init, trained = experts[int(torch.randint(len(experts), (1,), generator=gen))]
-        theta = interpolate_expert(init, trained, float(torch.rand(1, generator=gen)))
-        idx = torch.cat([w[torch.randint(len(w), (n_real,), generator=gen)] for w in by_class])
-        with torch.no_grad():
-            _, fr = functional_call(net, theta, (X_real[idx],), {"return_features": True})
+        theta, trained, _, stats = draws[state["done"]]
         _, fs = functional_call(net, theta, (synth.data(),), {"return_features": True})
-        l_in = inner_loss(fr, fs, y_real[idx], synth.y, synth.n_class)
+        l_in = inner_loss(None, fs, None, synth.y, synth.n_class, stats=stats)
         opt.zero_grad(); l_in.backward(); opt.step()
         l_out = inter_loss(functional_call(net, trained, (synth.data(),)), synth.y)
         opt.zero_grad(); l_out.backward(); opt.step()
@@ -540,19 +591,18 @@ def distill(synth: nn.Module,  # a synthesiser of this page (.data(), .y, .n_cla
 def panel_inner_loss(X_syn: torch.Tensor, y_syn: torch.Tensor,  # a synthetic set, (N, C, T) and (N,)
                      experts: list[tuple[dict, dict]],  # (initial, trained) expert weights
                      X_real: torch.Tensor, y_real: torch.Tensor,  # real training data
-                     n_draws: int = 8, seed: int = 0, n_real: int = 16) -> float:
+                     n_draws: int = 8, seed: int = 0, n_real: int = 16,
+                     draws: Draws | None = None,  # Draws(experts, X_real, y_real, seed, n_real), shared with other calls (the same numbers)
+                     ) -> float:
     "The inner-class loss of Eq. (chess-eq-loss) averaged over n_draws draws of (expert, lambda, real batch) made as `distill` makes them; a fixed panel on which two sets can be compared."
-    gen, n_class = torch.Generator().manual_seed(seed), int(y_real.max()) + 1
-    net = ConvNet(X_real.shape[1], n_class).requires_grad_(False)
-    by_class = [torch.nonzero(y_real == c).flatten() for c in range(n_class)]
+    n_class = int(y_real.max()) + 1
+    check_int(n_draws, "n_draws", 1)
+    draws = (Draws(experts, X_real, y_real, seed, n_real) if draws is None else draws).check(experts, X_real, y_real, seed, n_real, n_class)
     total = 0.0
-    for _ in range(check_int(n_draws, "n_draws", 1)):
-        init, trained = experts[int(torch.randint(len(experts), (1,), generator=gen))]
-        theta = interpolate_expert(init, trained, float(torch.rand(1, generator=gen)))
-        idx = torch.cat([w[torch.randint(len(w), (n_real,), generator=gen)] for w in by_class])
-        _, fr = functional_call(net, theta, (X_real[idx],), {"return_features": True})
-        _, fs = functional_call(net, theta, (X_syn,), {"return_features": True})
-        total += float(inner_loss(fr, fs, y_real[idx], y_syn, n_class))
+    for i in range(n_draws):
+        theta, _, _, stats = draws[i]
+        _, fs = functional_call(draws._net, theta, (X_syn,), {"return_features": True})
+        total += float(inner_loss(None, fs, None, y_syn, n_class, stats=stats))
     return total / n_draws
 
 # %% ../nbs/17_chess.ipynb #7897cdbb
