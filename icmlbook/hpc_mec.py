@@ -23,10 +23,11 @@ __all__ = ['OMEGAS', 'IMAGE_SIZE', 'PATCH', 'PHASE_WEIGHTS', 'PHASE_GAMMA', 'loa
            'make_rotation_clips', 'off_diagonal_covariance_loss', 'variance_hinge_loss', 'smoothing_loss',
            'alignment_loss', 'TransformerBlock', 'causal_mask', 'SpatialTemporalTransformer', 'ResidualMLP',
            'HPCModule', 'MECModule', 'InverseModel', 'ForwardBlock', 'ForwardDynamics', 'check_period', 'rollout',
-           'HPCMECWorldModel', 'phase_losses', 'phase_loss', 'train_phases', 'with_phase1_of', 'FramePredictor',
-           'train_frame_predictor', 'clip_features', 'omega_probe', 'paired_difference', 'null_margin',
-           'direction_free_guess', 'z_replacement_errors', 'identity_probe', 'RingCANN', 'AttractorForward',
-           'average_frame', 'reference_predictions', 'source_clips', 'transfer_error', 'transfer_selection']
+           'HPCMECWorldModel', 'phase_losses', 'phase_loss', 'patience_spent', 'train_phases', 'with_phase1_of',
+           'FramePredictor', 'train_frame_predictor', 'clip_features', 'omega_probe', 'paired_difference',
+           'null_margin', 'direction_free_guess', 'z_replacement_errors', 'identity_probe', 'RingCANN',
+           'AttractorForward', 'average_frame', 'reference_predictions', 'source_clips', 'transfer_error',
+           'transfer_selection']
 
 # %% ../nbs/19_hpc_mec.ipynb #963245910010
 OMEGAS = (-30.0, -15.0, 15.0, 30.0)  # angular velocities, degrees per frame
@@ -437,6 +438,23 @@ def _batches(n: int, batch: int, steps: int, rng: np.random.Generator):
     for _ in range(steps):
         yield torch.as_tensor(rng.integers(n, size=batch))
 
+def patience_spent(steps, scores,  # the validation curve recorded so far (lower is better; nan is worst), its last check last
+                   since: int,  # checks since the tracker's last new best
+                   patience: int,  # the least number of checks without a new best
+                   frac: float = 0.1,  # ... and the least fraction of the steps the recorded curve spans, strictly exceeded
+                   kept_step: float | None = None,  # the step of the tracker's best state, if it is not the curve's own best (a gate)
+                   ) -> bool:
+    """Relative patience: True once no new best has come for at least `patience` checks AND for more than `frac` of the steps
+    the recorded curve spans so far, counting both the curve's best (its lowest score, the first of ties, as `still_learning`
+    finds it) and the tracker's best state `kept_step`. With `frac` = 0.1 this is the complement of the shared rule's
+    position test (`icmlbook.claims.still_learning`: best in the last 10% of the steps), so a curve stopped here is never flagged."""
+    if since < patience:
+        return False
+    s, v = np.asarray(steps, float), np.asarray(scores, float)
+    v = np.where(np.isnan(v), np.inf, v)
+    last = max(s[int(np.argmin(v))], s[0] if kept_step is None else kept_step)
+    return bool(last < s[0] + (1 - frac) * (s[-1] - s[0]))                   # as still_learning: best >= lo + 0.9 span is flagged
+
 class _EarlyStop:
     """Early-stopping bookkeeping: the validation curve (steps, scores), the best score and its state, checks since it. The
     score function returns a score, or a pair (score, gate); with `floor`, a state whose gate is not below `floor` is
@@ -465,7 +483,8 @@ def train_phases(model: HPCMECWorldModel,
                  lr: float = 1e-3, batch: int = 32, seed: int = 0, weight_decay: float = 1e-4, clip: float = 0.1,
                  val: Callable[[HPCMECWorldModel], float] | None = None,  # validation score of phases 2-3 (lower is better) for early stopping
                  every: int = 10,  # validate every `every` steps of each phase, and at the end of each
-                 patience: int | None = None,  # stop phase 1 (with `recon_val`) or 3 once this many checks in a row have not improved on the best
+                 patience: int | None = None,  # stop phase 1 (with `recon_val`) or 3 once this many checks in a row have not improved on the best ...
+                 patience_frac: float = 0.1,  # ... and no new best has come for more than this fraction of the steps its recorded curve spans
                  recon_val: Callable[[HPCMECWorldModel], float] | None = None,  # validation score of phase 1 (reconstruction), for its early stopping
                  floor: float | None = None,  # with `val` returning (score, gate): keep a state whose gate is >= floor only if none is below
                  ) -> list[float]:
@@ -477,10 +496,14 @@ def train_phases(model: HPCMECWorldModel,
     second value `val` may return, is below `floor`, if any is), phase 2's best state is restored before phase 3 starts,
     and at the end the better of the two phases' best states is kept
     (phase 3's on a tie); with `patience`, phase 3 stops once `patience` of its own checks in a row have not improved on its
-    own best, counted from its start. The curve of both phases is kept in `model.val_curve` = (steps, scores) and the kept
+    own best, counted from its start, and (relative patience, `patience_spent`) neither that best nor the best score of the
+    recorded phases 2-3 curve has improved for more than `patience_frac` of the steps that curve spans so far (from phase 2's
+    first check). The curve of both phases is kept in `model.val_curve` = (steps, scores) and the kept
     state's phase and step in `model.kept` = (phase, step). With
     `recon_val`, phase 1 is early-stopped the same way on its own score (curve in `model.recon_curve`): checked every
-    `every` steps, stopped after `patience` checks without a new best, and its best state restored before phase 2."""
+    `every` steps, stopped after `patience` checks without a new best and no new best for more than `patience_frac` of the
+    steps its curve spans, and its best state restored before phase 2. With `patience_frac` = 0.1 a curve stopped by patience
+    is never flagged by the shared rule `icmlbook.claims.still_learning` (best in its last 10%); one cut by its cap can be."""
     if len(steps) != 3 or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0 for s in steps):
         raise ValueError(f"steps must be three ints >= 0, got {steps!r}")
     if not lr > 0:
@@ -488,6 +511,7 @@ def train_phases(model: HPCMECWorldModel,
     check_int(every, "every", 1)
     if patience is not None:
         check_int(patience, "patience", 1)
+    check_number(patience_frac, "patience_frac", 0, 1, hi_open=True)
     rng, hist = np.random.default_rng(seed), []
     rtrack, track = _EarlyStop(), {2: _EarlyStop(floor), 3: _EarlyStop(floor)}      # phase 1 on `recon_val`; phases 2 and 3 on `val`, one tracker each
     torch.manual_seed(seed)
@@ -514,10 +538,13 @@ def train_phases(model: HPCMECWorldModel,
             hist.append(loss.item())
             k = len(hist) - sum(steps[:phase - 1])                                       # step within the phase
             if recon_val is not None and phase == 1 and (k % every == 0 or k == n_steps):
-                if rtrack.check(model, recon_val, len(hist)) >= (patience or float("inf")):
+                since = rtrack.check(model, recon_val, len(hist))
+                if patience is not None and patience_spent(*rtrack.curve, since, patience, patience_frac, rtrack.step):
                     break
             if val is not None and phase > 1 and (k % every == 0 or k == n_steps):
-                if track[phase].check(model, val, len(hist)) >= (patience or float("inf")) and phase == 3:
+                since = track[phase].check(model, val, len(hist))
+                curve = [track[2].curve[i] + track[3].curve[i] for i in (0, 1)]       # the recorded phases 2-3 curve so far
+                if phase == 3 and patience is not None and patience_spent(*curve, since, patience, patience_frac, track[3].step):
                     break
         if phase == 1 and rtrack.state is not None:
             model.load_state_dict(rtrack.state)                                         # the best reconstruction of phase 1
