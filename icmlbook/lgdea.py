@@ -7,23 +7,29 @@ import dataclasses
 import functools
 import math
 import multiprocessing
+import pickle
 import re
+import traceback
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from sklearn.metrics import roc_auc_score
+from tokenizers import Regex, Tokenizer, normalizers, pre_tokenizers, processors
+from tokenizers.models import WordLevel
 from torch import nn
 from transformers import BertConfig, BertModel
+
+from .core import check_int
 
 # %% auto #0
 __all__ = ['FINDINGS', 'LOCATIONS', 'SEVERITIES', 'NORMAL', 'K', 'IMG', 'PATCH', 'VIEWS', 'DEVICE', 'MARKERS',
            'NUISANCE_SENTENCES', 'VOCAB', 'Evidence', 'extract_evidence', 'evidence_profile', 'pairing_roles',
            'make_cxr_like_dataset', 'tokenize', 'TextEncoder', 'ImageEncoder', 'info_nce', 'clip_infonce',
            'EvidenceSpace', 'pool_evidence', 'evidence_similarity', 'knn_graph', 'label_propagation', 'jaccard',
-           'propagate_pseudo_pairs', 'CLIPBaseline', 'LGDEA', 'lgdea_pseudo_pairs', 'nearest_neighbour_pairs',
-           'warmup_cosine', 'train_model', 'run_tasks', 'zero_shot_prompts', 'zero_shot_scores', 'zero_shot_auc',
-           'retrieval_recall', 'pointing_game', 'evidence_key', 'evaluate']
+           'propagate_pseudo_pairs', 'diagnostic_report', 'CLIPBaseline', 'LGDEA', 'lgdea_pseudo_pairs',
+           'nearest_neighbour_pairs', 'warmup_cosine', 'train_model', 'run_tasks', 'zero_shot_prompts',
+           'zero_shot_scores', 'zero_shot_auc', 'retrieval_recall', 'pointing_game', 'evidence_key', 'evaluate']
 
 # %% ../nbs/10_lgdea.ipynb #e9cee4b9
 FINDINGS = ("opacity", "nodule", "effusion", "pneumothorax", "consolidation", "atelectasis")
@@ -66,7 +72,7 @@ def extract_evidence(report: str,  # a report: sentences separated by '.'
         raise TypeError(f"report must be a str, got {type(report).__name__}")
     return list(_parse_report(report))
 
-@functools.lru_cache(maxsize=None)  # training re-reads the same reports every step: each distinct text is parsed once
+@functools.lru_cache(maxsize=8192)  # training re-reads the same reports every step: each distinct text is parsed once (bounded: a run holds ~4k)
 def _parse_report(report: str) -> tuple[Evidence, ...]:
     sentences = [s.strip() for s in report.lower().split(".") if s.strip()]
     if not sentences:
@@ -187,17 +193,27 @@ def make_cxr_like_dataset(n: int,  # studies
 # %% ../nbs/10_lgdea.ipynb #2c984ec1
 VOCAB = ("[PAD]", "[CLS]") + tuple(sorted({w for s in NUISANCE_SENTENCES | {NORMAL, "no without has resolved in the lung"}
                                            for w in s.split()} | set(FINDINGS) | set(LOCATIONS) | set(SEVERITIES)))
-_VOCAB_ID = {w: i for i, w in enumerate(VOCAB)}  # word -> id, a dict lookup per word instead of a scan of VOCAB
+_VOCAB_ID = {w: i for i, w in enumerate(VOCAB)}  # word -> id
+
+def _word_level() -> Tokenizer:
+    "The report vocabulary as a `tokenizers` WordLevel model: lower-cased words (anything but a-z separates them), [CLS] first."
+    tok = Tokenizer(WordLevel(_VOCAB_ID))   # no [UNK] token: an unknown word is an error
+    tok.normalizer = normalizers.Lowercase()
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex("[^a-z]+"), behavior="removed")
+    tok.post_processor = processors.TemplateProcessing(single="[CLS] $A", special_tokens=[("[CLS]", _VOCAB_ID["[CLS]"])])
+    return tok
+
+_TOKENIZER = _word_level()  # built once, read-only
 
 def tokenize(texts: list[str], max_len: int = 48) -> tuple[torch.Tensor, torch.Tensor]:
-    "Word-level ids over VOCAB with a leading [CLS], right-padded: ids (B, L), attention mask (B, L)."
+    "Word-level ids over VOCAB (tokenizers' WordLevel) with a leading [CLS], truncated to max_len, right-padded: ids (B, L), attention mask (B, L)."
     rows = []
     for t in texts:
-        words = re.findall(r"[a-z]+", t.lower())
-        unknown = [w for w in words if w not in _VOCAB_ID]
-        if unknown:
-            raise ValueError(f"texts hold words outside the report vocabulary: {unknown}")
-        rows.append([1] + [_VOCAB_ID[w] for w in words][:max_len - 1])
+        try:
+            rows.append(_TOKENIZER.encode(t).ids[:max_len])   # one text at a time: no tokenizers thread pool to survive a fork
+        except Exception:
+            unknown = [w for w in re.findall(r"[a-z]+", t.lower()) if w not in _VOCAB_ID]
+            raise ValueError(f"texts hold words outside the report vocabulary: {unknown}") from None
     L = max(map(len, rows))
     ids = torch.tensor([r + [0] * (L - len(r)) for r in rows])
     return ids, (ids != 0).long()
@@ -361,17 +377,29 @@ def propagate_pseudo_pairs(pi_img: torch.Tensor,  # (n_i, K) predicted presence 
     return pairs, weight
 
 # %% ../nbs/10_lgdea.ipynb #669bff60
+def diagnostic_report(report: str,  # a report: sentences separated by '.'
+                      ) -> str:
+    """The report cut to its diagnostic sentences, those `extract_evidence` keeps, in their order: the parser given to a
+    global model (the text side of the CLIP-on-diagnostic-sentences baseline). Empty if the report has none."""
+    return ". ".join(e.sentence for e in extract_evidence(report))
+
 class CLIPBaseline(nn.Module):
-    "Global image-report alignment (the CLIP baseline): mean-pooled projected patch tokens against the whole report, Eq. (lgdea-eq-nce)."
-    def __init__(self, d: int = 32, tau: float = 0.07):
+    """Global image-report alignment (the CLIP baseline): mean-pooled projected patch tokens against the whole report,
+    Eq. (lgdea-eq-nce); with `evidence_only`, every report is first cut to its diagnostic sentences (`diagnostic_report`)."""
+    def __init__(self, d: int = 32, tau: float = 0.07,
+                 evidence_only: bool = False,  # read only the sentences the evidence extractor keeps
+                 ):
         super().__init__()
         self.image, self.text, self.proj, self.tau = ImageEncoder(d), TextEncoder(d), nn.Linear(d, d), tau
+        self.evidence_only = bool(evidence_only)
 
     def similarity(self, x: torch.Tensor, reports: list[str]) -> torch.Tensor:
         "Cosine of global embeddings, images (B, 1, 32, 32) x reports (R,) -> (B, R)."
-        return F.normalize(self.proj(self.image(x)).mean(1), dim=1) @ F.normalize(self.text(reports), dim=1).T
+        texts = [diagnostic_report(r) for r in reports] if self.evidence_only else list(reports)
+        return F.normalize(self.proj(self.image(x)).mean(1), dim=1) @ F.normalize(self.text(texts), dim=1).T
 
     def loss(self, x: torch.Tensor, reports: list[str], weight: torch.Tensor | None = None) -> torch.Tensor:
+        "Eq. (lgdea-eq-nce) on the global cosines / tau, each pair's two cross-entropies weighted by its confidence."
         return info_nce(self.similarity(x, reports) / self.tau, weight)
 
     def grounding_maps(self, x: torch.Tensor, evidence: list[Evidence]) -> torch.Tensor:
@@ -421,7 +449,7 @@ class LGDEA(nn.Module):
                 + self.commit * self._vq(t, k) + self.global_weight * info_nce(glob / self.tau, w))
 
     def _vq(self, t: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        "Commitment + codebook loss ||t - sg(P_k)||^2 + ||sg(t) - P_k||^2 on unit vectors."
+        "Commitment + codebook term of Eq. (lgdea-eq-loss): ||t - sg(P_k)||^2 + ||sg(t) - P_k||^2 on unit vectors."
         t, P = F.normalize(t, dim=1), F.normalize(self.space.prototypes[k], dim=1)
         return ((t - P.detach()) ** 2).sum(1).mean() + ((t.detach() - P) ** 2).sum(1).mean()
 
@@ -438,7 +466,7 @@ def _study_ids(data: dict) -> tuple[np.ndarray, np.ndarray]:
 @torch.no_grad()
 def lgdea_pseudo_pairs(model: LGDEA, data: dict) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
     """Pseudo-pairs from the model's own outputs: presence profiles of the images, evidence profiles of the report texts,
-    propagated from the true pairs (`propagate_pseudo_pairs`). Reads only images, reports and roles, never generator
+    propagated from the true pairs (`propagate_pseudo_pairs`, Eq. (lgdea-eq-score)). Reads only images, reports and roles, never generator
     labels. Returns image study ids, report study ids and weights of the accepted pseudo-pairs."""
     img_ids, rep_ids = _study_ids(data)
     pi = torch.sigmoid(model.encode_images(data["images"][img_ids])[3])
@@ -475,21 +503,40 @@ def train_model(model: nn.Module,  # a CLIPBaseline or an LGDEA
                 pseudo_pairs=None,  # (model, data) -> (image ids, report ids, weights), refreshed; None: pairs only
                 refresh: int = 40,  # steps between pseudo-pair refreshes (the first after steps // 3 steps of warm-up)
                 unpaired_reports: bool = False,  # LGDEA: report-only reports enter the commitment loss
+                validate=None,  # model (in eval mode) -> validation score, higher is better; None: no early stopping
+                every: int = 20,  # steps between validations, which also run at step 0 and after the last step
+                curve: list | None = None,  # receives (step, validation score) at each validation
                 ) -> nn.Module:
-    """AdamW (peak learning rate `lr`, warm-up then cosine decay, `warmup_cosine`) on the paired loss, plus the pseudo-pair
-    loss (weighted by confidence) and the unpaired-report loss when asked."""
+    """AdamW (peak learning rate `lr`, warm-up then cosine decay, `warmup_cosine`) on the paired loss (Eq. (lgdea-eq-nce) for
+    CLIP, Eq. (lgdea-eq-loss) for LGDEA), plus the pseudo-pair
+    loss (weighted by confidence) and the unpaired-report loss when asked. With `validate`, early stopping: the model is
+    scored every `every` steps, and the best-scoring state (the earliest on ties) is the one returned; validation
+    neither draws random numbers nor changes the training run."""
     for name, val in (("steps", steps), ("batch", batch), ("refresh", refresh)):
         if isinstance(val, bool) or not isinstance(val, (int, np.integer)) or val < 1:
             raise ValueError(f"{name} must be a positive int, got {val!r}")
     if not lr > 0:
         raise ValueError(f"lr must be positive, got {lr!r}")
+    check_int(every, "every", lo=1)
     gen = np.random.default_rng(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=1e-4, foreach=True)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: warmup_cosine(s, steps))
     paired, report_only = np.flatnonzero(data["role"] == 0), np.flatnonzero(data["role"] == 2)
     p_img = p_rep = p_w = ()   # the current pseudo-pairs: none before the first refresh
+    best: list = [None, None]  # (score, state) of the best validated state so far
+
+    def checkpoint(step: int):
+        model.eval()
+        score = float(validate(model))
+        model.train()
+        if curve is not None: curve.append((step, score))
+        if best[1] is None or score > best[0]:   # nan never wins
+            best[:] = score, {k: v.detach().clone() for k, v in model.state_dict().items()}
+
     model.train()
     for step in range(steps):
+        if validate is not None and step % every == 0:
+            checkpoint(step)
         if pseudo_pairs is not None and step >= steps // 3 and (step - steps // 3) % refresh == 0:
             model.eval(); p_img, p_rep, p_w = pseudo_pairs(model, data); model.train()
         img = gen.choice(paired, min(batch, len(paired)), replace=False)
@@ -503,32 +550,48 @@ def train_model(model: nn.Module,  # a CLIPBaseline or an LGDEA
         loss.backward()
         opt.step()
         sched.step()
+    if validate is not None:
+        checkpoint(steps)
+        model.load_state_dict(best[1])
     model.eval()
     return model
 
-_TASK_FN = None  # the function run_tasks maps: set before the pool forks, so that the workers inherit it (never pickled)
+def _worker(fn, todo, done):
+    "A forked worker: one torch thread; runs (index, task) items from `todo` until None, puts (index, ok, result or error text) on `done`."
+    torch.set_num_threads(1)   # OpenMP's thread pool does not survive fork
+    for i, task in iter(todo.get, None):
+        try:
+            done.put((i, True, pickle.dumps(fn(task))))   # plain pickle: tensors travel by value, not as shared-memory handles
+        except Exception:
+            done.put((i, False, traceback.format_exc()))
 
-def _run_task(task):
-    return _TASK_FN(task)
-
-def run_tasks(fn,  # task -> result; a notebook's function will do: the workers inherit it through fork
+def run_tasks(fn,  # task -> result; a notebook's function will do: the workers inherit it through fork, never pickled
               tasks: list,  # picklable tasks; each must seed itself, so that its result does not depend on the process that ran it
               workers: int = 2,  # processes; 1 (or no fork on this platform): here, one after the other
               ) -> list:
-    """`[fn(t) for t in tasks]`, in order, run by a pool of `workers` forked processes with one torch thread each, which take
-    the tasks one at a time as they become free. Only the tasks and their results are pickled."""
-    global _TASK_FN
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be an int >= 1, got {workers!r}")
+    """`[fn(t) for t in tasks]`, in order, run by `workers` forked processes with one torch thread each, which take the
+    tasks one at a time as they become free. `fn` reaches the workers as a process argument; only the tasks and their
+    results are pickled. A task that raises makes `run_tasks` raise RuntimeError with the worker's traceback."""
+    check_int(workers, "workers", lo=1)
     tasks = list(tasks)
     if workers == 1 or len(tasks) < 2 or "fork" not in multiprocessing.get_all_start_methods():
         return [fn(t) for t in tasks]
-    _TASK_FN = fn
-    try:  # a forked worker must stay on one thread: OpenMP's thread pool does not survive fork
-        with multiprocessing.get_context("fork").Pool(min(workers, len(tasks)), initializer=torch.set_num_threads, initargs=(1,)) as pool:
-            return pool.map(_run_task, tasks, chunksize=1)
+    ctx = multiprocessing.get_context("fork")
+    todo, done = ctx.Queue(), ctx.SimpleQueue()   # todo's feeder thread: putting tasks never waits for a worker
+    procs = [ctx.Process(target=_worker, args=(fn, todo, done), daemon=True) for _ in range(min(workers, len(tasks)))]
+    for p in procs: p.start()
+    try:
+        for item in enumerate(tasks): todo.put(item)
+        for _ in procs: todo.put(None)
+        out = {i: (ok, r) for i, ok, r in (done.get() for _ in tasks)}
     finally:
-        _TASK_FN = None
+        for p in procs: p.join(timeout=10)
+        for p in procs:
+            if p.is_alive(): p.terminate()
+    if failed := [r for ok, r in out.values() if not ok]:
+        raise RuntimeError(f"a task failed in a run_tasks worker:\n{failed[0]}")
+    return [pickle.loads(out[i][1]) for i in range(len(tasks))]
+
 
 # %% ../nbs/10_lgdea.ipynb #68dae8f3
 def zero_shot_prompts() -> list[str]:
