@@ -13,6 +13,7 @@ import scoringrules
 import torch
 from diffusers import ConfigMixin, DDIMScheduler, DDPMScheduler, DiffusionPipeline, ModelMixin
 from diffusers.configuration_utils import register_to_config
+from diffusers.utils import BaseOutput
 from diffusers.models.embeddings import TimestepEmbedding, Timesteps
 from scipy.special import gammaln
 from torch import nn
@@ -25,8 +26,8 @@ __all__ = ['LOG_BOUNDS', 'PRIOR_MEAN', 'PRIOR_STD', 'LEVEL_PRIOR_STD', 'SIR_STAR
            'sir_neg_log_posterior', 'numerical_hessian', 'fit_sir_map', 'laplace_from_hessian', 'laplace_cov',
            'ut_sigma_points', 'unscented_transform', 'rollout', 'MechanisticForecast', 'mechanistic_forecast',
            'normalized_uncertainty', 'uncertainty_to_sigma', 'sir_predictive_samples', 'make_scheduler', 'RegionBlock',
-           'EpsNet', 'train_ddpm', 'guided_epsilon', 'released_guided_epsilon', 'steered_sample', 'EpiDiffPipeline',
-           'crps', 'coverage']
+           'EpsNet', 'train_ddpm', 'guided_epsilon', 'released_guided_epsilon', 'steered_sample',
+           'EpiDiffPipelineOutput', 'EpiDiffPipeline', 'crps', 'coverage']
 
 # %% ../nbs/18_epidiff.ipynb #5438b88a
 def _check_population(population) -> np.ndarray:
@@ -538,7 +539,9 @@ class EpsNet(ModelMixin, ConfigMixin):
 
 def train_ddpm(model: EpsNet, x0, cond,   # x0 (N, 1, V, T) clean windows, cond (N, C, V, T)
                scheduler: DDPMScheduler, steps: int, batch_size: int = 64, lr: float = 2e-3, seed: int = 0,
-               desc: str = "training") -> list[float]:
+               desc: str = "training",
+               on_step=None,  # on_step(k) after the k-th update (k = 1..steps): e.g. keep the state at chosen lengths
+               ) -> list[float]:
     "Plain epsilon-MSE training on Eq. (epidiff-eq-forward), AdamW with a cosine schedule; the mechanism is not used."
     if x0.ndim != 4 or x0.shape[1] != 1 or len(cond) != len(x0):
         raise ValueError(f"x0 must be (N, 1, V, T) and cond (N, C, V, T); got {tuple(x0.shape)} and {tuple(cond.shape)}")
@@ -547,7 +550,7 @@ def train_ddpm(model: EpsNet, x0, cond,   # x0 (N, 1, V, T) clean windows, cond 
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     losses = []
     model.train()
-    for _ in progress(range(steps), desc=desc):
+    for k in progress(range(1, steps + 1), desc=desc):
         idx = torch.randint(0, len(x0), (batch_size,), generator=g)
         noise = torch.randn(x0[idx].shape, generator=g)
         t = torch.randint(0, scheduler.config.num_train_timesteps, (batch_size,), generator=g)
@@ -557,6 +560,8 @@ def train_ddpm(model: EpsNet, x0, cond,   # x0 (N, 1, V, T) clean windows, cond 
         opt.step()
         sched.step()
         losses.append(loss.item())
+        if on_step is not None:
+            on_step(k)
     model.eval()
     return losses
 
@@ -647,6 +652,12 @@ def steered_sample(model: EpsNet, cond,          # cond (B, C, V, T)
     return x.reshape(B, num_samples, V, T)
 
 
+@dataclass
+class EpiDiffPipelineOutput(BaseOutput):
+    "Output of `EpiDiffPipeline`, as diffusers pipelines return theirs: the sampled windows."
+    samples: torch.Tensor  # (B, num_samples, V, T) on the network's z scale
+
+
 class EpiDiffPipeline(DiffusionPipeline):
     "EpiDiff's sampler as a diffusers pipeline: an EpsNet and a scheduler; calling it runs `steered_sample`."
     def __init__(self, unet: EpsNet, scheduler):
@@ -654,9 +665,12 @@ class EpiDiffPipeline(DiffusionPipeline):
         self.register_modules(unet=unet, scheduler=scheduler)
 
     def __call__(self, cond, future, mu=None, sigma=None, guidance_scale: float = 1.0, num_inference_steps: int = 40,
-                 num_samples: int = 16, generator: torch.Generator | None = None, guidance=guided_epsilon):
-        return steered_sample(self.unet, cond, self.scheduler, future, mu, sigma, guidance_scale,
-                              num_inference_steps, num_samples, generator, guidance)
+                 num_samples: int = 16, generator: torch.Generator | None = None, guidance=guided_epsilon,
+                 return_dict: bool = True,  # False: a tuple (samples,), as diffusers pipelines do
+                 ) -> EpiDiffPipelineOutput | tuple:
+        samples = steered_sample(self.unet, cond, self.scheduler, future, mu, sigma, guidance_scale,
+                                 num_inference_steps, num_samples, generator, guidance)
+        return EpiDiffPipelineOutput(samples=samples) if return_dict else (samples,)
 
 # %% ../nbs/18_epidiff.ipynb #44e390df
 def crps(samples,   # (..., n) ensemble, n >= 2
