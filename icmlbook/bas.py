@@ -8,6 +8,7 @@ import functools
 import importlib
 import math
 import os
+import sys
 import time
 import types
 import warnings
@@ -21,12 +22,13 @@ from torch import Tensor, nn
 from .core import num_threads, progress, seed_everything
 
 # %% auto #0
-__all__ = ['FP8_MAX', 'STATE_DTYPES', 'BLOCK_SCALES', 'PEERS', 'OPTIMIZERS', 'N_EVALS', 'block_layout', 'to_blocks',
+__all__ = ['FP8_MAX', 'STATE_DTYPES', 'BLOCK_SCALES', 'PEERS', 'OPTIMIZERS', 'N_EVALS', 'LR_LADDER', 'block_layout', 'to_blocks',
            'from_blocks', 'block_mean', 'quantize_fp8', 'dequantize_fp8', 'fp8_e4m3_to_float', 'BAS', 'bas_fp8_update',
-           'compiled_update', 'state_bytes', 'quiet_peer_steps', 'peer_optimizer', 'peers_available', 'Signum',
-           'pack_signs', 'unpack_signs', 'DistributedBAS', 'vote_bytes', 'wire_bytes', 'vote_demo_model',
+           'compiled_update', 'state_bytes', 'quiet_peer_steps', 'no_kernel_hub', 'peer_optimizer', 'peers_available',
+           'Signum', 'pack_signs', 'unpack_signs', 'DistributedBAS', 'vote_bytes', 'wire_bytes', 'vote_demo_model',
            'vote_demo_batch', 'majority_vote_worker', 'torchrun_demo', 'char_corpus', 'tiny_gpt2', 'make_optimizer',
-           'warmup_cosine', 'train_lm', 'encoded_corpus', 'step_timer', 'l1_ratio', 'lm_task', 'run_tasks']
+           'warmup_cosine', 'window_loss', 'train_lm', 'encoded_corpus', 'lr_rung', 'step_timer', 'l1_ratio', 'lm_task',
+           'run_tasks']
 
 # %% ../nbs/04_bas.ipynb #39ee1e73
 FP8_MAX = 448.0  # largest finite value of torch.float8_e4m3fn
@@ -429,13 +431,26 @@ def quiet_peer_steps():
         warnings.filterwarnings("ignore", message=".*does not implement _stable_hash_for_caching")
         yield
 
+@contextlib.contextmanager
+def no_kernel_hub():
+    """Inside, `import kernels` fails as if the package were missing. bitsandbytes' CPU backend imports it on import to fetch a
+    4-bit matmul kernel from the Hugging Face hub (a network call on CPUs with AVX512-BF16); without it, it falls back to its own
+    code, which its 8-bit optimizers never need. So importing a peer stays offline."""
+    saved = sys.modules.get("kernels", None)
+    had = "kernels" in sys.modules
+    sys.modules["kernels"] = None  # a None entry makes `import kernels` raise ImportError
+    try: yield
+    finally:
+        if had: sys.modules["kernels"] = saved
+        else: sys.modules.pop("kernels", None)
+
 def peer_optimizer(name: str,  # a key of PEERS, e.g. "bnb-adamw8bit"
                    ) -> type:
-    "The class of the peer optimizer `name`; ImportError naming the `peers` extra when its package is missing."
+    "The class of the peer optimizer `name` (imported without the kernels hub); ImportError naming the `peers` extra when its package is missing."
     if name not in PEERS: raise ValueError(f"name must be one of {tuple(PEERS)}, got {name!r}")
     module, cls = PEERS[name]
     try:
-        return getattr(importlib.import_module(module), cls)
+        with no_kernel_hub(): return getattr(importlib.import_module(module), cls)
     except ImportError as e:
         raise ImportError(f"the optimizer {name!r} needs {module.split('.')[0]}, an optional dependency: "
                           "pip install icmlbook[peers]") from e
@@ -670,65 +685,107 @@ def warmup_cosine(optimizer: torch.optim.Optimizer, steps: int, warmup: float = 
     return torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda t: (t + 1) / w if t < w else 0.5 * (1 + math.cos(math.pi * (t - w) / max(1, steps - w))))
 
+def window_loss(model: nn.Module,
+                windows: Tensor,  # (n, context) int64 character ids
+                ) -> float:
+    "Mean next-character loss (nats) of `model` on fixed `windows`, in eval mode; inf when it is not finite."
+    was = model.training
+    model.eval()
+    with torch.no_grad(): loss = model(input_ids=windows, labels=windows).loss.item()
+    model.train(was)
+    return loss if math.isfinite(loss) else float("inf")
+
 def train_lm(model: nn.Module,
              optimizer: torch.optim.Optimizer,
              train: Tensor,  # (n_chars,) int64 character ids
              val: Tensor,  # (n_val, context) int64 fixed validation windows
-             steps: int,
+             steps: int,  # the cap: the length of the warm-up + cosine schedule
              seed: int,  # batch order
              batch: int = 16,
-             n_evals: int = 8,  # validation points on the curve
-             test: Tensor | None = None,  # (n_test, context) windows scored once, after training
+             n_evals: int = 8,  # validation points on the curve after step 0
+             test: Tensor | None = None,  # (n_test, context) windows scored once, at the best validation point
              on_step: Callable[[int, torch.optim.Optimizer], None] | None = None,  # called as on_step(t, optimizer) after step t
              ) -> dict:
-    "Train a causal LM with `optimizer` under warm-up + cosine; return the validation curve, the final validation loss and the test loss (inf if it diverged)."
+    """Train a causal LM with `optimizer` under warm-up + cosine, stopped early on validation: the model ends in its state at the
+    best validation point (the earliest on ties). Returns the validation curve, `final` (the best validation loss), `best_step`,
+    `last` (the last validation loss) and the test loss at the best point (inf if no finite point)."""
     context = val.shape[1]
     sched = warmup_cosine(optimizer, steps)
     g = torch.Generator().manual_seed(seed)
     evals = set(np.linspace(0, steps, n_evals + 1).astype(int).tolist())
-    curve = []
-    def evaluate(windows: Tensor = val) -> float:
-        model.eval()
-        with torch.no_grad(): loss = model(input_ids=windows, labels=windows).loss.item()
-        model.train()
-        return loss if math.isfinite(loss) else float("inf")
+    curve, best = [], {"val": float("inf"), "step": 0, "state": None}
     for t in range(steps + 1):
         if t in evals:
-            curve.append((t, evaluate()))
+            curve.append((t, window_loss(model, val)))
+            if curve[-1][1] < best["val"]:  # a new best: keep this state (early stopping)
+                best = {"val": curve[-1][1], "step": t, "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
             if math.isinf(curve[-1][1]): break
         if t == steps: break
         starts = torch.randint(0, train.numel() - context, (batch,), generator=g)
         x = torch.stack([train[s:s + context] for s in starts.tolist()])
         optimizer.zero_grad(set_to_none=True)
         loss = model(input_ids=x, labels=x).loss
-        if not torch.isfinite(loss):
-            curve.append((t, float("inf"))); break
+        if not torch.isfinite(loss):  # diverged: a last point at inf (unless step t was just validated)
+            if curve[-1][0] != t: curve.append((t, float("inf")))
+            break
         loss.backward()
         optimizer.step()
         sched.step()
         if on_step is not None: on_step(t + 1, optimizer)
-    final = curve[-1][1]
-    return {"curve": curve, "final": final, "test": None if test is None else (evaluate(test) if math.isfinite(final) else float("inf"))}
+    if best["state"] is not None: model.load_state_dict(best["state"])
+    finite = math.isfinite(best["val"])
+    return {"curve": curve, "final": best["val"], "best_step": best["step"], "last": curve[-1][1],
+            "test": None if test is None else (window_loss(model, test) if finite else float("inf"))}
+
 
 # %% ../nbs/04_bas.ipynb #47b0fad3
 @functools.lru_cache(maxsize=1)
 def encoded_corpus(context: int = 32, n_val: int = 128) -> dict[str, Tensor]:
-    "Character ids of the corpus parts; fixed windows (n_val, context) drawn with seed 0: validation (tuning) and test (verdicts) from the two halves of the validation text."
+    """Character ids of the corpus parts; fixed windows (n_val, context) drawn with seed 0: validation (tuning) and test (verdicts)
+    from the two halves of the validation text, then ft_val and ft_test, the even and odd ones of 2 n_val windows drawn from the
+    held-out text's last 20% (whose first 80% is ft_train)."""
     pre, val, held, chars = char_corpus()
     ids = {c: i for i, c in enumerate(chars)}
     enc = lambda s: torch.tensor([ids[c] for c in s], dtype=torch.long)
     g = torch.Generator().manual_seed(0)
-    def windows(x: Tensor) -> Tensor:
-        starts = torch.randint(0, x.numel() - context, (n_val,), generator=g)
+    def windows(x: Tensor, n: int = n_val) -> Tensor:
+        starts = torch.randint(0, x.numel() - context, (n,), generator=g)
         return torch.stack([x[s:s + context] for s in starts.tolist()])
     held_ids = enc(held)
     cut = int(0.8 * held_ids.numel())
     val_ids = enc(val)
     half = val_ids.numel() // 2
-    return {"train": enc(pre), "val": windows(val_ids[:half]), "test": windows(val_ids[half:]), "ft_train": held_ids[:cut],
-            "ft_val": windows(held_ids[cut:]), "vocab_size": torch.tensor(len(chars))}
+    out = {"train": enc(pre), "val": windows(val_ids[:half]), "test": windows(val_ids[half:]), "ft_train": held_ids[:cut]}
+    ft = windows(held_ids[cut:], 2 * n_val)  # (2 n_val, context)
+    return {**out, "ft_val": ft[0::2], "ft_test": ft[1::2], "vocab_size": torch.tensor(len(chars))}
 
-N_EVALS = 4  # validation points per run after step 0: the curves' resolution (the evaluations do not change training)
+N_EVALS = 10  # validation points per run after step 0: the early-stopping grid (the evaluations do not change training)
+
+LR_LADDER = tuple(round(1e-2 * 2.0 ** k, 12) for k in range(-7, 4))  # the learning rates a grid may take: 7.8e-5 ... 0.08, a 2x ladder
+
+def lr_rung(grid: list,  # the learning rates tried so far, ascending, each on `ladder`
+            scores: list,  # their validation losses (lower is better), in grid order
+            ladder: tuple = LR_LADDER,  # the ascending values a grid may take
+            force: bool = False,  # also return a rung when the best is interior (to equalise grid sizes)
+            ) -> float | None:
+    """The ladder's next value beyond the end of `grid` where the best (lowest) score sits, so that a grid is widened until it
+    brackets its optimum; None when the best is interior, or when the ladder ends there (then `run.tune` flags the edge).
+    With `force`, the value beyond the better-scoring end (or, when the ladder ends there, the other end), or None when the
+    grid spans the ladder."""
+    if not isinstance(grid, (list, tuple)): raise TypeError(f"grid must be a list, got {type(grid).__name__}")
+    if len(grid) < 2: raise ValueError(f"grid must hold at least 2 values, got {list(grid)}")
+    if not isinstance(scores, (list, tuple)) or len(scores) != len(grid):
+        raise ValueError(f"scores must hold one score per grid value ({len(grid)}), got {scores!r}")
+    if any(v not in ladder for v in grid) or list(grid) != sorted(grid):
+        raise ValueError(f"grid must be ascending values of ladder {list(ladder)}, got {list(grid)}")
+    key = [math.inf if math.isnan(v) else v for v in scores]  # a nan (diverged) score is the worst
+    i, top = int(np.argmin(key)), len(grid) - 1
+    if 0 < i < top and not force: return None
+    ends = (top, 0) if i == top or (0 < i < top and key[top] <= key[0]) else (0, top)
+    for end in ends if force else ends[:1]:
+        j = list(ladder).index(grid[end]) + (1 if end == top else -1)
+        if 0 <= j < len(ladder): return ladder[j]
+    return None
 
 def step_timer(optimizer: torch.optim.Optimizer) -> list[float]:
     "A list that receives the wall time (s) of every later `optimizer.step()`, through torch's step hooks."
@@ -758,7 +815,9 @@ def l1_ratio(opt: torch.optim.Optimizer) -> float:
     return num / den
 
 def lm_task(task: dict) -> dict:
-    "One run: task = {optimizer, lr, seed, steps[, init (a state_dict), data ('pretrain' or 'finetune'), n_evals, l1 (track l1_ratio after every step: AdamW only)]}; returns train_lm's result, the state bytes, the median step time (+ l1_curve, + weights)."
+    """One run: task = {optimizer, lr, seed, steps[, init (a state_dict), data ('pretrain' or 'finetune'), n_evals, l1 (track l1_ratio
+    after every step: AdamW only), keep_weights]}; returns train_lm's result (scored on the test windows of its data, at its best
+    validation point), the state bytes, the median step time (+ l1_curve, + the weights at the best validation point)."""
     with num_threads(1), quiet_peer_steps():  # one thread per run, in the pool or in this process
         data = encoded_corpus()
         model = tiny_gpt2(int(data["vocab_size"]), task["seed"])
@@ -771,7 +830,7 @@ def lm_task(task: dict) -> dict:
         l1 = {}  # step -> l1_ratio after it: read from the optimizer's state, so the run itself does not change
         on_step = (lambda t, o: l1.__setitem__(t, l1_ratio(o))) if task.get("l1") else None
         out = train_lm(model, opt, data["ft_train" if ft else "train"], data["ft_val" if ft else "val"],
-                       task["steps"], task["seed"], n_evals=task.get("n_evals", N_EVALS), test=None if ft else data["test"],
+                       task["steps"], task["seed"], n_evals=task.get("n_evals", N_EVALS), test=data["ft_test" if ft else "test"],
                        on_step=on_step)
         if task.get("l1"): out["l1_curve"] = l1
         out["state_bytes"] = state_bytes(opt)
