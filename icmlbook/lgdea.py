@@ -27,9 +27,10 @@ __all__ = ['FINDINGS', 'LOCATIONS', 'SEVERITIES', 'NORMAL', 'K', 'IMG', 'PATCH',
            'NUISANCE_SENTENCES', 'VOCAB', 'Evidence', 'extract_evidence', 'evidence_profile', 'pairing_roles',
            'make_cxr_like_dataset', 'tokenize', 'TextEncoder', 'ImageEncoder', 'info_nce', 'clip_infonce',
            'EvidenceSpace', 'pool_evidence', 'evidence_similarity', 'knn_graph', 'label_propagation', 'jaccard',
-           'propagate_pseudo_pairs', 'diagnostic_report', 'CLIPBaseline', 'LGDEA', 'lgdea_pseudo_pairs',
-           'nearest_neighbour_pairs', 'warmup_cosine', 'train_model', 'run_tasks', 'zero_shot_prompts',
-           'zero_shot_scores', 'zero_shot_auc', 'retrieval_recall', 'pointing_game', 'evidence_key', 'evaluate']
+           'propagate_pseudo_pairs', 'diagnostic_report', 'CLIPBaseline', 'LGDEA', 'word_patch_attention',
+           'local_match', 'GLoRIA', 'lgdea_pseudo_pairs', 'nearest_neighbour_pairs', 'warmup_cosine', 'train_model',
+           'run_tasks', 'zero_shot_prompts', 'zero_shot_scores', 'zero_shot_auc', 'retrieval_recall', 'pointing_game',
+           'evidence_key', 'pointing_score', 'evaluate', 'next_rung']
 
 # %% ../nbs/10_lgdea.ipynb #e9cee4b9
 FINDINGS = ("opacity", "nodule", "effusion", "pneumothorax", "consolidation", "atelectasis")
@@ -458,6 +459,93 @@ class LGDEA(nn.Module):
         alpha = self.encode_images(x)[1]
         return alpha[torch.arange(len(x)), torch.tensor([e.prototype for e in evidence])]
 
+# %% ../nbs/10_lgdea.ipynb #af4849f6
+def word_patch_attention(words: torch.Tensor,  # (R, L, d) word features t_l of R reports
+                         mask: torch.Tensor,  # (R, L) bool, True on the words ([CLS] and padding False)
+                         patches: torch.Tensor,  # (B, N, d) patch features V_n of B images
+                         temp1: float = 4.0,  # GLoRIA's tau_1
+                         paired: bool = False,  # True (R = B): image b with report b only; False: every image with every report
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """GLoRIA's word-to-patch attention, Eq. (lgdea-eq-gloria): at each patch a softmax of the dot products over the report's
+    words, then, scaled by temp1, a softmax over the patches for each word. Returns the attention a, whose rows over the
+    patches sum to 1, and the attention-weighted patch features c: (B, R, L, N) and (B, R, L, d), or (B, L, N) and (B, L, d) if paired."""
+    if paired and len(words) != len(patches):
+        raise ValueError(f"paired needs one report per image, got {len(words)} reports and {len(patches)} images")
+    scores, pool = ("bld,bnd->bln", "bln,bnd->bld") if paired else ("rld,bnd->brln", "brln,bnd->brld")
+    m = mask[..., None] if paired else mask[None, ..., None]
+    share = torch.einsum(scores, words, patches).masked_fill(~m, torch.finfo(words.dtype).min).softmax(-2)   # over the words
+    a = (temp1 * share).softmax(-1)                                                # over the patches, for each word
+    return a, torch.einsum(pool, a, patches)
+
+def local_match(words: torch.Tensor,  # (R, L, d) word features
+                mask: torch.Tensor,  # (R, L) bool word mask
+                context: torch.Tensor,  # (B, R, L, d) their attention-weighted patch features c_l in each image
+                temp2: float = 5.0,  # GLoRIA's tau_2
+                ) -> torch.Tensor:
+    "GLoRIA's word-region match of every image and report, Z = log sum_l exp(temp2 cos(c_l, t_l)) over the words, Eq. (lgdea-eq-gloria); (B, R)."
+    cos = torch.einsum("brld,rld->brl", F.normalize(context, dim=-1), F.normalize(words, dim=-1))
+    return (temp2 * cos).masked_fill(~mask[None], -torch.inf).logsumexp(-1)
+
+def _standardise(S: torch.Tensor) -> torch.Tensor:
+    "Each column standardised over the rows (the images): zero mean, unit standard deviation."
+    return (S - S.mean(0)) / S.std(0, unbiased=False).clamp(min=1e-8)
+
+class GLoRIA(nn.Module):
+    """Local-alignment baseline (GLoRIA, Huang et al. 2021): global InfoNCE on pooled embeddings + local InfoNCE on the
+    word-region match Z of Eq. (lgdea-eq-gloria), each word attending over the image's patches."""
+    def __init__(self, d: int = 32, temp1: float = 4.0, temp2: float = 5.0, temp3: float = 10.0,
+                 tau: float = 0.1,  # global temperature (GLoRIA's scale 10)
+                 chunk: int = 32,  # reports scored at a time (memory)
+                 ):
+        super().__init__()
+        self.image, self.text = ImageEncoder(d), TextEncoder(d)
+        self.local_proj, self.global_proj = nn.Linear(d, d), nn.Linear(d, d)   # the image's local and global embedders
+        self.temp1, self.temp2, self.temp3, self.tau, self.chunk = temp1, temp2, temp3, tau, chunk
+
+    def encode_texts(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        "Word features (R, L, d), word mask (R, L) ([CLS] and padding False), report embedding (R, d) (masked mean, as TextEncoder), token ids (R, L)."
+        ids, mask = tokenize(texts)
+        h = self.text.bert(input_ids=ids, attention_mask=mask).last_hidden_state
+        m = mask.unsqueeze(-1).float()
+        words = mask.bool().clone()
+        words[:, 0] = False
+        return h, words, (h * m).sum(1) / m.sum(1), ids
+
+    def encode_images(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        "Local patch features (B, N, d) and the global image embedding (B, d)."
+        V = self.image(x)
+        return self.local_proj(V), self.global_proj(V.mean(1))
+
+    def _scores(self, x: torch.Tensor, reports: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        "Local match Z (B, R) of every image with every report, and the global cosine (B, R)."
+        loc, glob = self.encode_images(x)
+        h, words, g, _ = self.encode_texts(list(reports))
+        part = lambda j: (h[j:j + self.chunk], words[j:j + self.chunk])
+        Z = torch.cat([local_match(*part(j), word_patch_attention(*part(j), loc, self.temp1)[1], self.temp2)
+                       for j in range(0, len(reports), self.chunk)], 1)
+        return Z, F.normalize(glob, dim=1) @ F.normalize(g, dim=1).T
+
+    def similarity(self, x: torch.Tensor, reports: list[str]) -> torch.Tensor:
+        "GLoRIA's similarity: the mean of the local match and the global cosine, each standardised over the images; (B, R)."
+        Z, cos = self._scores(x, reports)
+        return (_standardise(Z) + _standardise(cos)) / 2
+
+    def loss(self, x: torch.Tensor, reports: list[str], weight: torch.Tensor | None = None) -> torch.Tensor:
+        "Local InfoNCE on temp3 x Z plus global InfoNCE on the cosines / tau, Eq. (lgdea-eq-nce), each pair weighted by its confidence."
+        Z, cos = self._scores(x, reports)
+        return info_nce(self.temp3 * Z, weight) + info_nce(cos / self.tau, weight)
+
+    def grounding_maps(self, x: torch.Tensor, evidence: list[Evidence]) -> torch.Tensor:
+        "Grounding: the attention over the patches of the finding's word in the item's sentence, Eq. (lgdea-eq-gloria); (B, N)."
+        loc, _ = self.encode_images(x)
+        h, words, _, ids = self.encode_texts([e.sentence for e in evidence])
+        a, _ = word_patch_attention(h, words, loc, self.temp1, paired=True)          # each image with its own sentence: (B, L, N)
+        target = torch.tensor([_VOCAB_ID[e.finding] for e in evidence])
+        at = (ids == target[:, None]) & words
+        if not at.any(1).all():
+            raise ValueError("every evidence item's sentence must name its finding")
+        return a[torch.arange(len(x)), at.int().argmax(1)]
+
 # %% ../nbs/10_lgdea.ipynb #88b6ef94
 def _study_ids(data: dict) -> tuple[np.ndarray, np.ndarray]:
     "Studies whose image (role paired or image-only) and whose report (paired or report-only) training may use."
@@ -642,15 +730,48 @@ def evidence_key(report: str) -> frozenset:
     return frozenset((e.finding, e.location) for e in extract_evidence(report) if e.present)
 
 @torch.no_grad()
+def pointing_score(model: nn.Module, data: dict) -> float:
+    "Pointing game of the model's grounding maps for every present finding of the studies, each from the finding's own sentence."
+    items = [(i, e) for i, r in enumerate(data["reports"]) for e in extract_evidence(r) if e.present and e.finding != "no finding"]
+    idx = torch.tensor([i for i, _ in items])
+    maps = model.grounding_maps(data["images"][idx], [e for _, e in items])
+    masks = torch.from_numpy(np.stack([data["masks"][i, e.prototype] for i, e in items]))
+    return pointing_game(maps, masks)
+
+@torch.no_grad()
 def evaluate(model: nn.Module, data: dict) -> dict:
     "Zero-shot AUC per finding, image->report recall@1/@5 (evidence-matched relevance), pointing game, on paired test studies."
     x, reports = data["images"], data["reports"]
     keys = [evidence_key(r) for r in reports]
     relevant = torch.tensor([[a == b for b in keys] for a in keys])
     recall = retrieval_recall(model.similarity(x, reports), relevant)
-    items = [(i, e) for i, r in enumerate(reports) for e in extract_evidence(r) if e.present and e.finding != "no finding"]
-    idx = torch.tensor([i for i, _ in items])
-    maps = model.grounding_maps(x[idx], [e for _, e in items])
-    masks = torch.from_numpy(np.stack([data["masks"][i, e.prototype] for i, e in items]))
+    pointing = pointing_score(model, data)
     return {"auc": zero_shot_auc(zero_shot_scores(model, x).numpy(), data["labels"]), "r1": recall[1], "r5": recall[5],
-            "pointing": pointing_game(maps, masks)}
+            "pointing": pointing}
+
+# %% ../nbs/10_lgdea.ipynb #e4b7a2c9
+def next_rung(grid: list,  # the learning rates tried so far, ascending, each on `ladder`
+              scores: list,  # their validation scores (higher is better; nan counts as the worst), in grid order
+              ladder: list,  # the ascending values a grid may take
+              force: bool = False,  # also return a rung when the best is interior (to equalise grid sizes)
+              ) -> float | None:
+    """The ladder's next value beyond the end of `grid` where the best (highest, the lowest rate on ties) score sits, so that a grid
+    is widened until it brackets its optimum; None when the best is interior, or when the ladder ends there (then `run.tune` flags
+    the edge). With `force`, the value beyond the better-scoring end (or, when the ladder ends there, the other end), or None when
+    the grid spans the ladder."""
+    for name, v in (("grid", grid), ("scores", scores), ("ladder", ladder)):
+        if not isinstance(v, (list, tuple)): raise TypeError(f"{name} must be a list, got {type(v).__name__}")
+    if list(ladder) != sorted(set(ladder)): raise ValueError(f"ladder must be strictly ascending, got {list(ladder)}")
+    if len(grid) < 2: raise ValueError(f"grid must hold at least 2 values, got {list(grid)}")
+    if len(scores) != len(grid): raise ValueError(f"scores must hold one score per grid value ({len(grid)}), got {len(scores)}")
+    if any(v not in ladder for v in grid) or list(grid) != sorted(set(grid)):
+        raise ValueError(f"grid must be ascending values of ladder {list(ladder)}, got {list(grid)}")
+    key = np.nan_to_num(np.asarray(scores, dtype=float), nan=-np.inf)
+    i, top = int(np.argmax(key)), len(grid) - 1
+    if 0 < i < top and not force: return None
+    ends = (top, 0) if i == top or (0 < i < top and key[top] > key[0]) else (0, top)
+    for end in ends if force else ends[:1]:
+        j = list(ladder).index(grid[end]) + (1 if end == top else -1)
+        if 0 <= j < len(ladder): return ladder[j]
+    return None
+
