@@ -19,7 +19,7 @@ from diffusers.models.embeddings import TimestepEmbedding, Timesteps
 from scipy.special import gammaln
 from torch import nn
 
-from .core import progress
+from .core import check_int, check_number, progress
 
 # %% auto #0
 __all__ = ['LOG_BOUNDS', 'PRIOR_MEAN', 'PRIOR_STD', 'LEVEL_PRIOR_STD', 'SIR_STARTS', 'report_counts', 'Epidemic',
@@ -28,7 +28,8 @@ __all__ = ['LOG_BOUNDS', 'PRIOR_MEAN', 'PRIOR_STD', 'LEVEL_PRIOR_STD', 'SIR_STAR
            'ut_sigma_points', 'unscented_transform', 'rollout', 'MechanisticForecast', 'mechanistic_forecast',
            'normalized_uncertainty', 'uncertainty_to_sigma', 'sir_predictive_samples', 'make_scheduler', 'RegionBlock',
            'EpsNet', 'train_ddpm', 'guided_epsilon', 'released_guided_epsilon', 'steered_sample',
-           'EpiDiffPipelineOutput', 'EpiDiffPipeline', 'crps', 'coverage', 'next_rung', 'bracket_grids']
+           'EpiDiffPipelineOutput', 'EpiDiffPipeline', 'crps', 'coverage', 'next_rung', 'bracket_grids', 'finer_values',
+           'equal_budgets']
 
 # %% ../nbs/18_epidiff.ipynb #5438b88a
 def _check_population(population) -> np.ndarray:
@@ -752,3 +753,51 @@ def bracket_grids(grids: dict,  # arm -> {axis: ascending values}, widened in pl
                 pending += [(a, axis, r) for a in group if len(grids[a][axis]) < size and (r := line(a, axis, force=True)) is not None]
         if not pending: return {arm: scored(arm) for arm in grids}
         for arm, axis, r in pending: grids[arm][axis] = sorted(grids[arm][axis] + [r])
+
+def finer_values(tried: list,  # the values tried on one axis (positive numbers), at the other axes' best setting
+                 best: float,  # the best of them
+                 n: int,  # how many new values
+                 ) -> list:
+    """`n` new values inside the range of `tried`, from ever finer logarithmic ladders: level 1 holds the geometric midpoints of
+    neighbouring tried values, level 2 the midpoints of the ladder refined by level 1, and so on; within a level, the nearest to
+    `best` (in log) first, the lower on a tie. None is a tried value and none lies outside their range, so an interior best stays
+    interior. Values are rounded to 5 significant digits."""
+    if not isinstance(tried, (list, tuple)): raise TypeError(f"tried must be a list, got {type(tried).__name__}")
+    for j, v in enumerate(tried): check_number(v, f"tried[{j}]", lo=0, lo_open=True)
+    vals = sorted(set(tried))
+    if len(vals) < 2: raise ValueError(f"tried must hold at least 2 distinct values, got {list(tried)}")
+    if best not in vals: raise ValueError(f"best must be one of the tried values {vals}, got {best!r}")
+    n = check_int(n, "n", lo=0)
+    logs, centre, out = [math.log(v) for v in vals], math.log(best), []
+    while len(out) < n:                                    # one level: the midpoints (in log) of the ladder so far
+        mids = [(a + b) / 2 for a, b in zip(logs, logs[1:])]
+        out += [float(f"{math.exp(m):.5g}") for m in sorted(mids, key=lambda m: (round(abs(m - centre), 9), m))][:n - len(out)]
+        logs = sorted(logs + mids)
+    if len(set(out)) < len(out) or set(out) & set(vals):
+        raise ValueError(f"the ladder between {vals[0]} and {vals[-1]} is too fine for {n} more values at 5 significant digits")
+    return out
+
+def equal_budgets(grids: dict,  # arm -> {axis: values}: the axes (and their order) of each arm's settings
+                  measured: dict,  # arm -> {setting key (values in axis order): score}, as `bracket_grids` returns; extended in place
+                  score,  # score(arm, setting) -> validation score (lower is better); called once per new setting
+                  arms: list,  # the arms to bring to one number of settings (those compared in any claim)
+                  knobs: dict,  # arm -> the axis its new settings vary (a knob applied at sampling time)
+                  ) -> dict:
+    """Bring `arms` to the same number of scored settings: N is the largest count among them, and each arm with fewer gains its
+    best setting with its knob set, in turn, to the `finer_values` of the knob values tried at that setting's other axes, each
+    scored once. Returns {arm: [settings]} for every arm of `measured`: its scored settings, the added ones last."""
+    if not isinstance(measured, dict) or not all(isinstance(m, dict) and m for m in measured.values()):
+        raise TypeError("measured must map each arm to a dict of setting key -> score")
+    if not callable(score): raise TypeError(f"score must be callable, got {type(score).__name__}")
+    missing = [a for a in arms if a not in measured or a not in grids or knobs.get(a) not in grids.get(a, {})]
+    if missing: raise ValueError(f"arms {missing} need a grid, scores and a knob among their axes")
+    target = max(len(measured[a]) for a in arms)
+    for arm in arms:
+        now, axes = measured[arm], list(grids[arm])
+        best = min(now, key=lambda v: math.inf if math.isnan(now[v]) else now[v])
+        i = axes.index(knobs[arm])
+        tried = [v[i] for v in now if v[:i] + v[i + 1:] == best[:i] + best[i + 1:]]
+        for value in finer_values(tried, best[i], target - len(now)):
+            key = best[:i] + (value,) + best[i + 1:]
+            now[key] = float(score(arm, dict(zip(axes, key))))
+    return {arm: [dict(zip(grids[arm], key)) for key in m] for arm, m in measured.items()}
