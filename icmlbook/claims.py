@@ -25,11 +25,11 @@ import numpy as np
 # %% auto #0
 __all__ = ['CHAPTERS', 'BUDGET_SECONDS', 'VERDICTS', 'SEED_KINDS', 'SCALE_SEEDS', 'PROTOCOL', 'KERNEL_PINS', 'VERDICT_COLOURS',
            'notebook_name', 'Check', 'verdict', 'ClaimRecord', 'RegisteredClaim', 'Registry', 'registry_path',
-           'load_registry', 'Tuning', 'tune', 'still_learning', 'expected_best', 'repo_root', 'rehearsal', 'ledger_dir',
-           'results_dir', 'notebook_hash', 'code_hash', 'chapter_hash', 'ChapterRun', 'tuning_flags', 'assess',
-           'budget_figure', 'claim_table', 'seed_table', 'looks', 'reruns_after_look', 'confirmation',
-           'confirmation_text', 'scoreboard', 'scoreboard_table', 'verdict_map', 'run_chapter', 'merge_records',
-           'merge_chapter', 'main']
+           'load_registry', 'Tuning', 'tune', 'still_learning', 'expected_best', 'next_rung', 'bracket_grids',
+           'patience_spent', 'repo_root', 'rehearsal', 'ledger_dir', 'results_dir', 'notebook_hash', 'code_hash',
+           'chapter_hash', 'ChapterRun', 'tuning_flags', 'assess', 'budget_figure', 'claim_table', 'seed_table',
+           'looks', 'reruns_after_look', 'confirmation', 'confirmation_text', 'scoreboard', 'scoreboard_table',
+           'verdict_map', 'run_chapter', 'merge_records', 'merge_chapter', 'main']
 
 # %% ../nbs/00_claims.ipynb #272e56e1
 CHAPTERS: tuple[tuple[str, str], ...] = (
@@ -629,6 +629,85 @@ def expected_best(scores, minimize: bool = True) -> np.ndarray:
     out = np.array([np.sum(s * ((i / N) ** n - ((i - 1) / N) ** n)) for n in range(1, N + 1)])
     return -out if minimize else out
 
+
+# %% ../nbs/00_claims.ipynb #e17de298
+def _key(scores, minimize: bool) -> np.ndarray:
+    "Scores as costs (lower is better): a nan (diverged) score is the worst."
+    v = np.asarray(scores, dtype=float)
+    return np.where(np.isnan(v), np.inf, v if minimize else -v)
+
+def next_rung(grid: list,  # the values tried so far on one knob, ascending, each on `ladder`
+              scores: list,  # their validation scores, in grid order (the other knobs at their best setting)
+              ladder: list,  # the ascending values the knob may take
+              force: bool = False,  # also return a value when the best is interior (to bring grids to one size)
+              minimize: bool = True,  # lower scores are better (a loss); False for an accuracy
+              ) -> float | None:
+    """The ladder's next value beyond the end of `grid` where the best score sits (the first on ties; nan is the worst), so that
+    a grid is widened until it brackets its optimum; None when the best is interior, or when the ladder ends there (then `tune`
+    flags the edge). With `force`, the value beyond the better-scoring end (the upper one on a tie), or beyond the other end when
+    the ladder ends there; None when the grid spans the ladder."""
+    for name, v in (("grid", grid), ("scores", scores), ("ladder", ladder)):
+        if not isinstance(v, (list, tuple)): raise TypeError(f"{name} must be a list, got {type(v).__name__}")
+    if list(ladder) != sorted(set(ladder)): raise ValueError(f"ladder must be strictly ascending, got {list(ladder)}")
+    if len(grid) < 2: raise ValueError(f"grid must hold at least 2 values, got {list(grid)}")
+    if len(scores) != len(grid): raise ValueError(f"scores must hold one score per grid value ({len(grid)}), got {len(scores)}")
+    if any(v not in ladder for v in grid) or list(grid) != sorted(set(grid)):
+        raise ValueError(f"grid must be ascending values of ladder {list(ladder)}, got {list(grid)}")
+    key = _key(scores, minimize)
+    i, top = int(np.argmin(key)), len(grid) - 1
+    if 0 < i < top and not force: return None
+    ends = (top, 0) if i == top or (0 < i < top and key[top] <= key[0]) else (0, top)
+    for end in ends if force else ends[:1]:
+        j = list(ladder).index(grid[end]) + (1 if end == top else -1)
+        if 0 <= j < len(ladder): return ladder[j]
+    return None
+
+def bracket_grids(grids: dict,  # arm -> {knob: ascending values}, widened in place
+                  score: Callable,  # score(arm, setting) -> validation score; called once per setting
+                  ladders: dict,  # knob -> the ascending values it may take (a knob without a ladder is never widened)
+                  groups: dict | None = None,  # knob -> tuples of arms whose grids on that knob are brought to one size
+                  minimize: bool = True,  # lower scores are better
+                  ) -> dict:
+    """Widen each arm's joint grid (the product of its knobs) until its best setting is interior on every knob: per round, every
+    knob whose best sits at an end gains the ladder's next value beyond that end (`next_rung`, the other knobs at the best
+    setting). When no grid needs widening, each group's arms are brought to the same number of values on the group's knob
+    (one value beyond the better end, `next_rung(force=True)`), and widening resumes. Returns {arm: {setting key: score}},
+    the key holding the values in the order of the arm's knobs."""
+    if not isinstance(grids, dict) or not all(isinstance(g, dict) and g for g in grids.values()):
+        raise TypeError("grids must map each arm to a dict of knob -> values")
+    if not callable(score): raise TypeError(f"score must be callable, got {type(score).__name__}")
+    if not isinstance(ladders, dict): raise TypeError(f"ladders must be a dict, got {type(ladders).__name__}")
+    seen = {arm: {} for arm in grids}
+    def scored(arm):                                       # every setting of the arm's product grid, scored once
+        g = grids[arm]
+        for values in itertools.product(*g.values()):
+            if values not in seen[arm]: seen[arm][values] = float(score(arm, dict(zip(g, values))))
+        return {v: seen[arm][v] for v in itertools.product(*g.values())}
+    def line(arm, knob, force=False):                      # next_rung on one knob through the arm's best setting
+        g, now = grids[arm], scored(arm)
+        keys = list(now)
+        best = keys[int(np.argmin(_key([now[k] for k in keys], minimize)))]
+        i = list(g).index(knob)
+        cut = [now[best[:i] + (v,) + best[i + 1:]] for v in g[knob]]
+        return next_rung(g[knob], cut, ladders[knob], force, minimize)
+    while True:
+        pending = [(arm, knob, r) for arm in grids for knob in grids[arm] if knob in ladders and (r := line(arm, knob)) is not None]
+        for knob, sets in ({} if pending else groups or {}).items():
+            for group in sets:
+                size = max(len(grids[a][knob]) for a in group)
+                pending += [(a, knob, r) for a in group if len(grids[a][knob]) < size and (r := line(a, knob, force=True)) is not None]
+        if not pending: return {arm: scored(arm) for arm in grids}
+        for arm, knob, r in pending: grids[arm][knob] = sorted(grids[arm][knob] + [r])
+
+def patience_spent(step: int,  # the step of this validation
+                   best_step: int,  # the step of the best validation score so far
+                   every: int,  # steps between validations
+                   patience: float | None,  # a fraction of the steps trained so far; None: never stop early
+                   ) -> bool:
+    """Whether early stopping ends at `step`: no new best for max(2 * every, patience * step) steps. A run stopped so has its best
+    before the last `patience` share of its steps, so `still_learning` (best in the last 10 %) never flags it when
+    patience >= 0.1; a run that reaches its cap still improving can be flagged."""
+    return patience is not None and step - best_step >= max(2 * every, patience * step)
 
 # %% ../nbs/00_claims.ipynb #bf5722c5
 def repo_root(start: Path | None = None) -> Path | None:

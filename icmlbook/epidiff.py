@@ -19,6 +19,7 @@ from diffusers.models.embeddings import TimestepEmbedding, Timesteps
 from scipy.special import gammaln
 from torch import nn
 
+from .claims import bracket_grids, next_rung
 from .core import check_int, check_number, progress
 
 # %% auto #0
@@ -28,8 +29,7 @@ __all__ = ['LOG_BOUNDS', 'PRIOR_MEAN', 'PRIOR_STD', 'LEVEL_PRIOR_STD', 'SIR_STAR
            'ut_sigma_points', 'unscented_transform', 'rollout', 'MechanisticForecast', 'mechanistic_forecast',
            'normalized_uncertainty', 'uncertainty_to_sigma', 'sir_predictive_samples', 'make_scheduler', 'RegionBlock',
            'EpsNet', 'train_ddpm', 'guided_epsilon', 'released_guided_epsilon', 'steered_sample',
-           'EpiDiffPipelineOutput', 'EpiDiffPipeline', 'crps', 'coverage', 'next_rung', 'bracket_grids', 'finer_values',
-           'equal_budgets']
+           'EpiDiffPipelineOutput', 'EpiDiffPipeline', 'crps', 'coverage', 'finer_values', 'equal_budgets']
 
 # %% ../nbs/18_epidiff.ipynb #5438b88a
 def _check_population(population) -> np.ndarray:
@@ -698,62 +698,6 @@ def coverage(samples, y, level: float = 0.9) -> float:
     return float(np.mean((y >= lo) & (y <= hi)))
 
 # %% ../nbs/18_epidiff.ipynb #0cabf389
-def next_rung(grid: list,  # the values tried so far on one axis, ascending, each on `ladder`
-              scores: list,  # their validation scores (lower is better), in grid order, the other axes at the best setting
-              ladder: list,  # the ascending values the axis may take
-              force: bool = False,  # also return a rung when the best is interior (to equalise grid sizes)
-              ) -> float | None:
-    """The ladder's next value beyond the end of `grid` where the best (lowest) score sits, so that a grid is widened until it
-    brackets its optimum; None when the best is interior, or when the ladder ends there (then `run.tune` flags the edge).
-    With `force`, the value beyond the better-scoring end (or, when the ladder ends there, the other end), or None when the
-    grid spans the ladder."""
-    if not isinstance(grid, (list, tuple)): raise TypeError(f"grid must be a list, got {type(grid).__name__}")
-    if len(grid) < 2: raise ValueError(f"grid must hold at least 2 values, got {list(grid)}")
-    if not isinstance(scores, (list, tuple)) or len(scores) != len(grid):
-        raise ValueError(f"scores must hold one score per grid value ({len(grid)}), got {scores!r}")
-    if any(v not in ladder for v in grid) or list(grid) != sorted(grid):
-        raise ValueError(f"grid must be ascending values of ladder {list(ladder)}, got {list(grid)}")
-    i, top = int(np.argmin(scores)), len(grid) - 1
-    if 0 < i < top and not force: return None
-    ends = (top, 0) if i == top or (0 < i < top and scores[top] <= scores[0]) else (0, top)
-    for end in ends if force else ends[:1]:
-        j = list(ladder).index(grid[end]) + (1 if end == top else -1)
-        if 0 <= j < len(ladder): return ladder[j]
-    return None
-
-def bracket_grids(grids: dict,  # arm -> {axis: ascending values}, widened in place
-                  score,  # score(arm, setting) -> validation score (lower is better); called once per setting
-                  ladders: dict,  # axis -> the ascending values it may take (an axis without a ladder is never widened)
-                  groups: dict | None = None,  # axis -> tuples of arms whose grids on that axis are brought to one size
-                  ) -> dict:
-    """Widen each arm's joint grid (the product of its axes) until its best setting is interior on every axis: per round, every
-    axis whose best sits at an end gains the ladder's next value beyond that end (`next_rung`, the other axes at the best
-    setting). When no grid needs widening, each group's arms are brought to the same number of values on the group's axis
-    (one value beyond the better end, `next_rung(force=True)`), and widening resumes. Returns {arm: {setting key: score}}."""
-    if not isinstance(grids, dict) or not all(isinstance(g, dict) and g for g in grids.values()):
-        raise TypeError("grids must map each arm to a dict of axis -> values")
-    if not callable(score): raise TypeError(f"score must be callable, got {type(score).__name__}")
-    seen = {arm: {} for arm in grids}
-    def scored(arm):                                       # every setting of the arm's product grid, scored once
-        g = grids[arm]
-        for values in itertools.product(*g.values()):
-            if values not in seen[arm]: seen[arm][values] = float(score(arm, dict(zip(g, values))))
-        return {v: seen[arm][v] for v in itertools.product(*g.values())}
-    def line(arm, axis, force=False):                      # next_rung on one axis through the arm's best setting
-        g, now = grids[arm], scored(arm)
-        best = min(now, key=lambda v: math.inf if math.isnan(now[v]) else now[v])
-        i = list(g).index(axis)
-        cut = [now[best[:i] + (v,) + best[i + 1:]] for v in g[axis]]
-        return next_rung(g[axis], [math.inf if math.isnan(c) else c for c in cut], ladders[axis], force)
-    while True:
-        pending = [(arm, axis, r) for arm in grids for axis in grids[arm] if axis in ladders and (r := line(arm, axis)) is not None]
-        for axis, sets in ({} if pending else groups or {}).items():
-            for group in sets:
-                size = max(len(grids[a][axis]) for a in group)
-                pending += [(a, axis, r) for a in group if len(grids[a][axis]) < size and (r := line(a, axis, force=True)) is not None]
-        if not pending: return {arm: scored(arm) for arm in grids}
-        for arm, axis, r in pending: grids[arm][axis] = sorted(grids[arm][axis] + [r])
-
 def finer_values(tried: list,  # the values tried on one axis (positive numbers), at the other axes' best setting
                  best: float,  # the best of them
                  n: int,  # how many new values

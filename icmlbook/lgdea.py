@@ -30,7 +30,7 @@ __all__ = ['FINDINGS', 'LOCATIONS', 'SEVERITIES', 'NORMAL', 'K', 'IMG', 'PATCH',
            'propagate_pseudo_pairs', 'diagnostic_report', 'CLIPBaseline', 'LGDEA', 'word_patch_attention',
            'local_match', 'GLoRIA', 'lgdea_pseudo_pairs', 'nearest_neighbour_pairs', 'warmup_cosine', 'train_model',
            'run_tasks', 'zero_shot_prompts', 'zero_shot_scores', 'zero_shot_auc', 'retrieval_recall', 'pointing_game',
-           'evidence_key', 'pointing_score', 'evaluate', 'next_rung']
+           'evidence_key', 'pointing_score', 'evaluate']
 
 # %% ../nbs/10_lgdea.ipynb #e9cee4b9
 FINDINGS = ("opacity", "nodule", "effusion", "pneumothorax", "consolidation", "atelectasis")
@@ -748,30 +748,3 @@ def evaluate(model: nn.Module, data: dict) -> dict:
     pointing = pointing_score(model, data)
     return {"auc": zero_shot_auc(zero_shot_scores(model, x).numpy(), data["labels"]), "r1": recall[1], "r5": recall[5],
             "pointing": pointing}
-
-# %% ../nbs/10_lgdea.ipynb #e4b7a2c9
-def next_rung(grid: list,  # the learning rates tried so far, ascending, each on `ladder`
-              scores: list,  # their validation scores (higher is better; nan counts as the worst), in grid order
-              ladder: list,  # the ascending values a grid may take
-              force: bool = False,  # also return a rung when the best is interior (to equalise grid sizes)
-              ) -> float | None:
-    """The ladder's next value beyond the end of `grid` where the best (highest, the lowest rate on ties) score sits, so that a grid
-    is widened until it brackets its optimum; None when the best is interior, or when the ladder ends there (then `run.tune` flags
-    the edge). With `force`, the value beyond the better-scoring end (or, when the ladder ends there, the other end), or None when
-    the grid spans the ladder."""
-    for name, v in (("grid", grid), ("scores", scores), ("ladder", ladder)):
-        if not isinstance(v, (list, tuple)): raise TypeError(f"{name} must be a list, got {type(v).__name__}")
-    if list(ladder) != sorted(set(ladder)): raise ValueError(f"ladder must be strictly ascending, got {list(ladder)}")
-    if len(grid) < 2: raise ValueError(f"grid must hold at least 2 values, got {list(grid)}")
-    if len(scores) != len(grid): raise ValueError(f"scores must hold one score per grid value ({len(grid)}), got {len(scores)}")
-    if any(v not in ladder for v in grid) or list(grid) != sorted(set(grid)):
-        raise ValueError(f"grid must be ascending values of ladder {list(ladder)}, got {list(grid)}")
-    key = np.nan_to_num(np.asarray(scores, dtype=float), nan=-np.inf)
-    i, top = int(np.argmax(key)), len(grid) - 1
-    if 0 < i < top and not force: return None
-    ends = (top, 0) if i == top or (0 < i < top and key[top] > key[0]) else (0, top)
-    for end in ends if force else ends[:1]:
-        j = list(ladder).index(grid[end]) + (1 if end == top else -1)
-        if 0 <= j < len(ladder): return ladder[j]
-    return None
-
