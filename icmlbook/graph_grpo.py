@@ -16,7 +16,8 @@ from torch import nn
 from torch_geometric.data import Batch, Data
 from torch_geometric.nn import TransformerConv
 from torch_geometric.utils import from_networkx, to_dense_adj, to_dense_batch
-from .core import check_int
+from .claims import next_rung, patience_spent
+from .core import check_int, check_number
 from .core import group_advantages as core_group_advantages
 
 
@@ -378,17 +379,25 @@ def refine(model: GraphDenoiser, E: torch.Tensor,  # (B, N, N) graphs to refine
            n_var: int = 4,  # variants per graph
            T: int = 50,  # steps for the full interval [0, 1]; the refinement uses about T (1 - t_eps)
            generator: torch.Generator | None = None,
-           record: bool = False):
-    """Refinement: renoise n_var copies of each graph to t_eps with p_{t_eps|1}, Eq. (gg-eq-noise), and regenerate them from
-    t_eps to 1. Returns the variants (B n_var, N, N) (graph b's variants are rows b n_var ... (b + 1) n_var - 1), their mask,
-    and with record=True the trajectory."""
+           record: bool = False,
+           shared: bool = False,  # renoise each graph once and regenerate its n_var variants from that one G_t_eps (a GRPO group)
+           ):
+    """Refinement: renoise n_var copies of each graph to t_eps with p_{t_eps|1}, Eq. (gg-eq-noise) (with shared=True one renoised
+    copy for all n_var), and regenerate them from t_eps to 1. Returns the variants (B n_var, N, N) (graph b's variants are rows
+    b n_var ... (b + 1) n_var - 1), their mask, and with record=True the trajectory."""
     check_int(n_var, "n_var", 1)
     if not 0.0 <= float(t_eps) <= 1.0: raise ValueError(f"t_eps must lie in [0, 1], got {t_eps}")
-    E, mask = E.repeat_interleave(n_var, 0), mask.repeat_interleave(n_var, 0)
     if t_eps == 1.0:
+        E, mask = E.repeat_interleave(n_var, 0), mask.repeat_interleave(n_var, 0)
         return (E, mask, E[None]) if record else (E, mask)
+    if shared:
+        start = noise_edges(E, mask, t_eps, p0, generator).repeat_interleave(n_var, 0)
+        mask = mask.repeat_interleave(n_var, 0)
+    else:
+        E, mask = E.repeat_interleave(n_var, 0), mask.repeat_interleave(n_var, 0)
+        start = noise_edges(E, mask, t_eps, p0, generator)
     steps = max(1, round(T * (1 - t_eps)))
-    out = sample(model, mask, p0, steps, generator, noise_edges(E, mask, t_eps, p0, generator), t_eps, record)
+    out = sample(model, mask, p0, steps, generator, start, t_eps, record)
     return (out[0], mask, out[1]) if record else (out, mask)
 
 # %% ../nbs/06_graph_grpo.ipynb #9f7bfa4e
@@ -475,18 +484,23 @@ def mmd_ratio(samples: list[nx.Graph], test: list[nx.Graph], train: list[nx.Grap
 class GraphGRPO:
     """Online RL for the denoiser: 'grpo' (groups of K sharing G_0 and node count, Eqs. (gg-eq-adv), (gg-eq-grpo)), optionally with
     refinement groups that regenerate renoised copies of the best graphs so far, or 'reinforce' (independent samples, batch-mean
-    baseline). Every method draws groups * K graphs per iteration."""
+    baseline). Every method draws groups * K graphs per iteration and takes one Adam step on it, its gradient norm clipped at
+    `grad_clip`; refinement groups come from `refine(..., shared=True)`."""
     def __init__(self, base: GraphDenoiser, reward: GraphReward, n_nodes: list[int],  # node counts to draw from (training set)
                  p0: torch.Tensor, method: str = "grpo", lr: float = 1e-4, groups: int = 4, K: int = 8, T: int = 50,
-                 beta: float = 0.005, refine_groups: int = 0, t_eps: float = 0.8, pool_size: int = 3, seed: int = 0):
+                 beta: float = 0.005, refine_groups: int = 0, t_eps: float = 0.8, pool_size: int = 3, seed: int = 0,
+                 grad_clip: float = 5.0,  # the gradient's norm is clipped to this (the authors' setting)
+                 ):
         if method not in ("grpo", "reinforce"): raise ValueError(f"method must be 'grpo' or 'reinforce', got {method!r}")
         check_int(groups, "groups", 1); check_int(K, "K", 2); check_int(T, "T", 1)
         if not lr > 0: raise ValueError(f"lr must be > 0, got {lr}")
         if not 0 <= refine_groups < groups: raise ValueError(f"refine_groups must lie in [0, groups), got {refine_groups}")
+        t_eps, pool_size = check_number(t_eps, "t_eps", 0, 1, hi_open=True), check_int(pool_size, "pool_size", 1)
+        beta, grad_clip = check_number(beta, "beta", 0), check_number(grad_clip, "grad_clip", 0, lo_open=True)
         self.policy, self.ref = copy.deepcopy(base), base
         self.reward, self.n_nodes, self.p0, self.method = reward, torch.tensor(n_nodes), p0, method
         self.groups, self.K, self.T, self.beta, self.refine_groups, self.t_eps, self.pool_size = groups, K, T, beta, refine_groups, t_eps, pool_size
-        self.N = int(max(n_nodes))
+        self.N, self.grad_clip, self.grad_norm = int(max(n_nodes)), grad_clip, float("nan")   # grad_norm: the last step's, before clipping
         self.opt = torch.optim.Adam(self.policy.parameters(), lr=lr)
         self.gen = torch.Generator().manual_seed(seed)
         self.pool: list[tuple[float, torch.Tensor, torch.Tensor]] = []   # (reward, E (N, N), mask (N,))
@@ -510,10 +524,8 @@ class GraphGRPO:
         if n_ref:  # refinement groups: one renoised copy of a pool graph shared by K regenerations
             pick = torch.randint(len(self.pool), (n_ref,), generator=self.gen)
             E = torch.stack([self.pool[i][1] for i in pick]); mask = torch.stack([self.pool[i][2] for i in pick])
-            start = noise_edges(E, mask, self.t_eps, self.p0, self.gen).repeat_interleave(K, 0)
-            mask = mask.repeat_interleave(K, 0)
-            steps = max(1, round(self.T * (1 - self.t_eps)))
-            out.append((sample(self.policy, mask, self.p0, steps, self.gen, start, self.t_eps, record=True)[1], mask, self.t_eps))
+            _, mask, traj = refine(self.policy, E, mask, self.p0, self.t_eps, K, self.T, self.gen, record=True, shared=True)
+            out.append((traj, mask, self.t_eps))
         return out
 
     def loss(self, batches: list[tuple]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -540,7 +552,7 @@ class GraphGRPO:
         "One RL iteration: sample, score, one gradient step. Returns the batch's mean reward and validity (reward > 0)."
         loss, r = self.loss(self._rollouts())
         self.opt.zero_grad(); loss.backward()
-        nn.utils.clip_grad_norm_(self.policy.parameters(), 5.0)
+        self.grad_norm = float(nn.utils.clip_grad_norm_(self.policy.parameters(), self.grad_clip))
         self.opt.step()
         rec = {"reward": float(r.mean()), "valid": float((r > 0).float().mean())}
         self.history.append(rec)
@@ -553,3 +565,25 @@ class GraphGRPO:
             rec = self.step()
             if callback is not None: rec.update(callback(i, self))
         return self.history
+
+    def train_early_stopping(self, iters: int,  # the cap on RL iterations
+                             validate: Callable[[GraphDenoiser], float],  # validate(policy) -> validation score, higher is better
+                             every: int,  # validation at iteration 0 and every `every` iterations (and at the cap)
+                             patience: float | None = 0.2,  # stop once `patience_spent` (None: run to the cap)
+                             val0: float | None = None,  # the score at iteration 0, if known (the base model's, shared by every arm)
+                             ) -> dict:
+        """`train` with `validate` at iteration 0 and every `every` iterations, stopped once `patience_spent` or at `iters`; the
+        policy ends in its best validated state (the earliest on ties). Returns {'steps', 'val', 'best_step'}: the curve."""
+        check_int(iters, "iters", 1); check_int(every, "every", 1)
+        if patience is not None: check_number(patience, "patience", 0, 1, lo_open=True)
+        out = {"steps": [0], "val": [float(validate(self.policy) if val0 is None else val0)]}
+        best = (out["val"][0], 0, copy.deepcopy(self.policy.state_dict()))
+        for i in range(1, iters + 1):
+            self.step()
+            if i % every and i != iters: continue
+            out["steps"].append(i); out["val"].append(float(validate(self.policy)))
+            if out["val"][-1] > best[0]: best = (out["val"][-1], i, copy.deepcopy(self.policy.state_dict()))
+            if patience_spent(i, best[1], every, patience): break
+        self.policy.load_state_dict(best[2])
+        out["best_step"] = best[1]
+        return out
