@@ -4,8 +4,10 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import functools
 import importlib
+import io
 import math
 import os
 import sys
@@ -19,16 +21,17 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from .claims import next_rung
 from .core import num_threads, progress, seed_everything
 
 # %% auto #0
-__all__ = ['FP8_MAX', 'STATE_DTYPES', 'BLOCK_SCALES', 'PEERS', 'OPTIMIZERS', 'N_EVALS', 'LR_LADDER', 'block_layout', 'to_blocks',
-           'from_blocks', 'block_mean', 'quantize_fp8', 'dequantize_fp8', 'fp8_e4m3_to_float', 'BAS', 'bas_fp8_update',
-           'compiled_update', 'state_bytes', 'quiet_peer_steps', 'no_kernel_hub', 'peer_optimizer', 'peers_available',
-           'Signum', 'pack_signs', 'unpack_signs', 'DistributedBAS', 'vote_bytes', 'wire_bytes', 'vote_demo_model',
-           'vote_demo_batch', 'majority_vote_worker', 'torchrun_demo', 'char_corpus', 'tiny_gpt2', 'make_optimizer',
-           'warmup_cosine', 'window_loss', 'train_lm', 'encoded_corpus', 'lr_rung', 'step_timer', 'l1_ratio', 'lm_task',
-           'run_tasks']
+__all__ = ['FP8_MAX', 'STATE_DTYPES', 'BLOCK_SCALES', 'PEERS', 'OPTIMIZERS', 'PRETRAIN_SHARE', 'N_EVALS', 'LR_LADDER',
+           'block_layout', 'to_blocks', 'from_blocks', 'block_mean', 'quantize_fp8', 'dequantize_fp8',
+           'fp8_e4m3_to_float', 'BAS', 'bas_fp8_update', 'compiled_update', 'state_bytes', 'quiet_peer_steps',
+           'no_kernel_hub', 'peer_optimizer', 'peers_available', 'Signum', 'pack_signs', 'unpack_signs',
+           'DistributedBAS', 'vote_bytes', 'wire_bytes', 'vote_demo_model', 'vote_demo_batch', 'majority_vote_worker',
+           'torchrun_demo', 'char_corpus', 'tiny_gpt2', 'make_optimizer', 'wsd_factor', 'window_loss', 'train_lm',
+           'encoded_corpus', 'lr_rung', 'step_timer', 'l1_ratio', 'lm_task', 'run_tasks']
 
 # %% ../nbs/04_bas.ipynb #39ee1e73
 FP8_MAX = 448.0  # largest finite value of torch.float8_e4m3fn
@@ -679,11 +682,26 @@ def make_optimizer(name: str,  # one of OPTIMIZERS: "adamw", "bas-fp8", "bas-fp3
     if name in PEERS: return peer_optimizer(name)(groups, lr=lr, betas=betas, eps=eps)
     raise ValueError(f"name must be one of {OPTIMIZERS}, got {name!r}")
 
-def warmup_cosine(optimizer: torch.optim.Optimizer, steps: int, warmup: float = 0.1) -> torch.optim.lr_scheduler.LambdaLR:
-    "Linear warm-up over the first `warmup` fraction of `steps`, then cosine decay to zero."
-    w = max(1, int(warmup * steps))
-    return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda t: (t + 1) / w if t < w else 0.5 * (1 + math.cos(math.pi * (t - w) / max(1, steps - w))))
+def wsd_factor(t: int,  # the step, 0-based
+               length: int,  # the schedule's length in steps
+               warmup: int,  # linear warm-up steps
+               decay: float = 0.2,  # the fraction of `length` over which the rate decays linearly to 0
+               ) -> float:
+    """The learning-rate factor of step `t` in a warm-up-stable-decay schedule: linear warm-up over `warmup` steps, then 1,
+    then a linear decay over the last round(decay * length) steps (at least one) towards 0. Before a length's decay starts,
+    the factor does not depend on the length: every length shares one stable run."""
+    for name, v in (("t", t), ("length", length), ("warmup", warmup)):
+        if isinstance(v, bool) or not isinstance(v, (int, np.integer)): raise TypeError(f"{name} must be an integer, got {v!r}")
+    if length < 1 or warmup < 1 or not 0 <= t < length: raise ValueError(f"need 0 <= t < length, length >= 1 and warmup >= 1, got t={t}, length={length}, warmup={warmup}")
+    if not 0 < decay <= 1: raise ValueError(f"decay must be in (0, 1], got {decay}")
+    n_decay = max(1, round(decay * length))
+    return min(1.0, (t + 1) / warmup, (length - t) / n_decay)
+
+def _set_lr(optimizer: torch.optim.Optimizer, base: list, factor: float) -> None:
+    "Every group's lr = its base lr x factor (in place where a group keeps its lr as a tensor, as torchao's optimizers do)."
+    for group, lr in zip(optimizer.param_groups, base):
+        if isinstance(group["lr"], Tensor): group["lr"].fill_(lr * factor)
+        else: group["lr"] = lr * factor
 
 def window_loss(model: nn.Module,
                 windows: Tensor,  # (n, context) int64 character ids
@@ -699,49 +717,91 @@ def train_lm(model: nn.Module,
              optimizer: torch.optim.Optimizer,
              train: Tensor,  # (n_chars,) int64 character ids
              val: Tensor,  # (n_val, context) int64 fixed validation windows
-             steps: int,  # the cap: the length of the warm-up + cosine schedule
+             lengths: list,  # the schedule lengths (steps) to train to: one stable run, a decay branching off it for each
              seed: int,  # batch order
+             warmup: int,  # the schedules' warm-up steps, common to every length
+             decay: float = 0.2,  # each length's decay fraction
              batch: int = 16,
-             n_evals: int = 8,  # validation points on the curve after step 0
-             test: Tensor | None = None,  # (n_test, context) windows scored once, at the best validation point
-             on_step: Callable[[int, torch.optim.Optimizer], None] | None = None,  # called as on_step(t, optimizer) after step t
+             n_evals: int = 10,  # validation points on the curve after step 0, evenly spaced up to the longest length
+             test: Tensor | None = None,  # (n_test, context) windows scored at the end of each length
+             keep_weights: bool = False,  # also return the weights at the end of each length
+             on_step: Callable[[int, torch.optim.Optimizer], None] | None = None,  # on_step(t, optimizer) after each step of the longest run
              ) -> dict:
-    """Train a causal LM with `optimizer` under warm-up + cosine, stopped early on validation: the model ends in its state at the
-    best validation point (the earliest on ties). Returns the validation curve, `final` (the best validation loss), `best_step`,
-    `last` (the last validation loss) and the test loss at the best point (inf if no finite point)."""
-    context = val.shape[1]
-    sched = warmup_cosine(optimizer, steps)
+    """Train a causal LM to every length of `lengths` under warm-up-stable-decay schedules (`wsd_factor`) at once: a stable run
+    to the longest length's decay, and for each shorter length a decay branching off where it starts, after which the weights,
+    the optimizer's state and the batch order are put back, so every length's result is that of a run of that length alone. Returns per length
+    `val` (validation loss at its end; inf when not finite), `test` and (`keep_weights`) `weights`; and `curve`, the validation
+    loss along the longest run. The model ends at the longest length."""
+    if not isinstance(lengths, (list, tuple)) or not lengths or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1 for n in lengths):
+        raise ValueError(f"lengths must be a non-empty list of positive integers, got {lengths!r}")
+    lengths = sorted({int(n) for n in lengths})
+    context, longest = val.shape[1], lengths[-1]
+    base = [float(group["lr"]) for group in optimizer.param_groups]
     g = torch.Generator().manual_seed(seed)
-    evals = set(np.linspace(0, steps, n_evals + 1).astype(int).tolist())
-    curve, best = [], {"val": float("inf"), "step": 0, "state": None}
-    for t in range(steps + 1):
-        if t in evals:
-            curve.append((t, window_loss(model, val)))
-            if curve[-1][1] < best["val"]:  # a new best: keep this state (early stopping)
-                best = {"val": curve[-1][1], "step": t, "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
-            if math.isinf(curve[-1][1]): break
-        if t == steps: break
-        starts = torch.randint(0, train.numel() - context, (batch,), generator=g)
-        x = torch.stack([train[s:s + context] for s in starts.tolist()])
-        optimizer.zero_grad(set_to_none=True)
-        loss = model(input_ids=x, labels=x).loss
-        if not torch.isfinite(loss):  # diverged: a last point at inf (unless step t was just validated)
-            if curve[-1][0] != t: curve.append((t, float("inf")))
-            break
-        loss.backward()
-        optimizer.step()
-        sched.step()
-        if on_step is not None: on_step(t + 1, optimizer)
-    if best["state"] is not None: model.load_state_dict(best["state"])
-    finite = math.isfinite(best["val"])
-    return {"curve": curve, "final": best["val"], "best_step": best["step"], "last": curve[-1][1],
-            "test": None if test is None else (window_loss(model, test) if finite else float("inf"))}
+    evals = set(np.linspace(0, longest, n_evals + 1).astype(int).tolist())
+    starts = {n: n - max(1, round(decay * n)) for n in lengths}  # where each length's decay begins
+    out = {"val": {}, "test": {}, **({"weights": {}} if keep_weights else {}), "curve": []}
 
+    def finish(n: int, m: nn.Module, loss: float) -> None:
+        ok = math.isfinite(loss)
+        out["val"][n] = window_loss(m, val) if ok else float("inf")
+        out["test"][n] = None if test is None else (window_loss(m, test) if ok else float("inf"))
+        if keep_weights: out["weights"][n] = {k: v.detach().clone() for k, v in m.state_dict().items()}
+
+    def step(m, opt, gen, t: int, n: int) -> float:
+        "One training step t of the schedule of length n; returns the batch loss (not finite: nothing was updated)."
+        _set_lr(opt, base, wsd_factor(t, n, warmup, decay))
+        idx = torch.randint(0, train.numel() - context, (batch,), generator=gen)
+        x = torch.stack([train[s:s + context] for s in idx.tolist()])
+        opt.zero_grad(set_to_none=True)
+        loss = m(input_ids=x, labels=x).loss
+        if not torch.isfinite(loss): return float("inf")
+        loss.backward()
+        opt.step()
+        return loss.item()
+
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    def snapshot() -> tuple:
+        "Copies of the weights and of the optimizer's state, the state serialised (torchao's state tensors have no clone)."
+        buf = io.BytesIO()
+        torch.save({i: optimizer.state[p] for i, p in enumerate(params) if p in optimizer.state}, buf)
+        return {k: v.detach().clone() for k, v in model.state_dict().items()}, buf.getvalue()
+    def restore(saved: tuple) -> None:
+        model.load_state_dict(saved[0])
+        state = torch.load(io.BytesIO(saved[1]), weights_only=False)
+        optimizer.state.clear(); optimizer.state.update({params[i]: st for i, st in state.items()})
+
+    loss = 0.0
+    for t in range(longest + 1):
+        if t in evals: out["curve"].append((t, window_loss(model, val)))
+        for n in lengths[:-1]:
+            if t == starts[n] and n not in out["val"]:  # branch: this length's decay on copies, the stable run goes on
+                if not math.isfinite(loss): finish(n, model, loss); continue
+                saved = snapshot()
+                gen = torch.Generator(); gen.set_state(g.get_state())
+                b = 0.0
+                for u in range(t, n):
+                    b = step(model, optimizer, gen, u, n)
+                    if not math.isfinite(b): break
+                finish(n, model, b)
+                restore(saved)
+        if t == longest or not math.isfinite(loss): break
+        loss = step(model, optimizer, g, t, longest)
+        if on_step is not None and math.isfinite(loss): on_step(t + 1, optimizer)
+    if not math.isfinite(loss):
+        if out["curve"][-1][0] != t: out["curve"].append((t, float("inf")))
+        for n in lengths:
+            if n not in out["val"]: finish(n, model, loss)
+    else: finish(longest, model, loss)
+    return out
 
 # %% ../nbs/04_bas.ipynb #47b0fad3
+PRETRAIN_SHARE = 0.125  # the share of the pre-training text trained on: small enough that validation loss has a best length in budget
+
 @functools.lru_cache(maxsize=1)
 def encoded_corpus(context: int = 32, n_val: int = 128) -> dict[str, Tensor]:
-    """Character ids of the corpus parts; fixed windows (n_val, context) drawn with seed 0: validation (tuning) and test (verdicts)
+    """Character ids of the corpus parts (of the pre-training part, its first PRETRAIN_SHARE); fixed windows (n_val, context)
+    drawn with seed 0: validation (tuning) and test (verdicts)
     from the two halves of the validation text, then ft_val and ft_test, the even and odd ones of 2 n_val windows drawn from the
     held-out text's last 20% (whose first 80% is ft_train)."""
     pre, val, held, chars = char_corpus()
@@ -755,37 +815,21 @@ def encoded_corpus(context: int = 32, n_val: int = 128) -> dict[str, Tensor]:
     cut = int(0.8 * held_ids.numel())
     val_ids = enc(val)
     half = val_ids.numel() // 2
-    out = {"train": enc(pre), "val": windows(val_ids[:half]), "test": windows(val_ids[half:]), "ft_train": held_ids[:cut]}
+    out = {"train": enc(pre[:int(PRETRAIN_SHARE * len(pre))]), "val": windows(val_ids[:half]), "test": windows(val_ids[half:]), "ft_train": held_ids[:cut]}
     ft = windows(held_ids[cut:], 2 * n_val)  # (2 n_val, context)
     return {**out, "ft_val": ft[0::2], "ft_test": ft[1::2], "vocab_size": torch.tensor(len(chars))}
 
-N_EVALS = 10  # validation points per run after step 0: the early-stopping grid (the evaluations do not change training)
+N_EVALS = 10  # validation points per run after step 0, along its longest schedule (the evaluations do not change training)
 
-LR_LADDER = tuple(round(1e-2 * 2.0 ** k, 12) for k in range(-7, 4))  # the learning rates a grid may take: 7.8e-5 ... 0.08, a 2x ladder
+LR_LADDER = tuple(round(1e-2 * 2.0 ** k, 12) for k in range(-10, 4))  # the learning rates a grid may take: 9.8e-6 ... 0.08, a 2x ladder
 
-def lr_rung(grid: list,  # the learning rates tried so far, ascending, each on `ladder`
-            scores: list,  # their validation losses (lower is better), in grid order
+def lr_rung(grid: list,  # the learning rates (or lengths) tried so far, ascending, each on `ladder`
+            scores: list,  # their validation losses (lower is better; nan is the worst), in grid order
             ladder: tuple = LR_LADDER,  # the ascending values a grid may take
             force: bool = False,  # also return a rung when the best is interior (to equalise grid sizes)
             ) -> float | None:
-    """The ladder's next value beyond the end of `grid` where the best (lowest) score sits, so that a grid is widened until it
-    brackets its optimum; None when the best is interior, or when the ladder ends there (then `run.tune` flags the edge).
-    With `force`, the value beyond the better-scoring end (or, when the ladder ends there, the other end), or None when the
-    grid spans the ladder."""
-    if not isinstance(grid, (list, tuple)): raise TypeError(f"grid must be a list, got {type(grid).__name__}")
-    if len(grid) < 2: raise ValueError(f"grid must hold at least 2 values, got {list(grid)}")
-    if not isinstance(scores, (list, tuple)) or len(scores) != len(grid):
-        raise ValueError(f"scores must hold one score per grid value ({len(grid)}), got {scores!r}")
-    if any(v not in ladder for v in grid) or list(grid) != sorted(grid):
-        raise ValueError(f"grid must be ascending values of ladder {list(ladder)}, got {list(grid)}")
-    key = [math.inf if math.isnan(v) else v for v in scores]  # a nan (diverged) score is the worst
-    i, top = int(np.argmin(key)), len(grid) - 1
-    if 0 < i < top and not force: return None
-    ends = (top, 0) if i == top or (0 < i < top and key[top] <= key[0]) else (0, top)
-    for end in ends if force else ends[:1]:
-        j = list(ladder).index(grid[end]) + (1 if end == top else -1)
-        if 0 <= j < len(ladder): return ladder[j]
-    return None
+    "`icmlbook.claims.next_rung` on this chapter's learning-rate ladder by default: the next rung beyond the grid's best end, or None."
+    return next_rung(grid, scores, tuple(ladder), force)
 
 def step_timer(optimizer: torch.optim.Optimizer) -> list[float]:
     "A list that receives the wall time (s) of every later `optimizer.step()`, through torch's step hooks."
@@ -815,9 +859,10 @@ def l1_ratio(opt: torch.optim.Optimizer) -> float:
     return num / den
 
 def lm_task(task: dict) -> dict:
-    """One run: task = {optimizer, lr, seed, steps[, init (a state_dict), data ('pretrain' or 'finetune'), n_evals, l1 (track l1_ratio
-    after every step: AdamW only), keep_weights]}; returns train_lm's result (scored on the test windows of its data, at its best
-    validation point), the state bytes, the median step time (+ l1_curve, + the weights at the best validation point)."""
+    """One run: task = {optimizer, lr, seed, lengths (schedule lengths in steps), warmup[, init (a state_dict), data ('pretrain' or
+    'finetune'), n_evals, l1 (track l1_ratio after every step of the longest schedule: AdamW only), keep_weights]}; returns
+    train_lm's result (per length: the validation and test loss of its data at the schedule's end), the state bytes and the
+    median step time (+ l1_curve)."""
     with num_threads(1), quiet_peer_steps():  # one thread per run, in the pool or in this process
         data = encoded_corpus()
         model = tiny_gpt2(int(data["vocab_size"]), task["seed"])
@@ -829,13 +874,12 @@ def lm_task(task: dict) -> dict:
         ft = task.get("data", "pretrain") == "finetune"
         l1 = {}  # step -> l1_ratio after it: read from the optimizer's state, so the run itself does not change
         on_step = (lambda t, o: l1.__setitem__(t, l1_ratio(o))) if task.get("l1") else None
-        out = train_lm(model, opt, data["ft_train" if ft else "train"], data["ft_val" if ft else "val"],
-                       task["steps"], task["seed"], n_evals=task.get("n_evals", N_EVALS), test=data["ft_test" if ft else "test"],
-                       on_step=on_step)
+        out = train_lm(model, opt, data["ft_train" if ft else "train"], data["ft_val" if ft else "val"], list(task["lengths"]),
+                       task["seed"], task["warmup"], n_evals=task.get("n_evals", N_EVALS), test=data["ft_test" if ft else "test"],
+                       keep_weights=bool(task.get("keep_weights")), on_step=on_step)
         if task.get("l1"): out["l1_curve"] = l1
         out["state_bytes"] = state_bytes(opt)
         out["step_seconds"] = float(np.median(times)) if times else float("nan")  # the median: a first compiling step is one outlier
-        if task.get("keep_weights"): out["weights"] = {k: v.clone() for k, v in model.state_dict().items()}
         return dict(task, init=None, **out)
 
 def run_tasks(fn: Callable[[dict], dict], tasks: list[dict], workers: int = 2, desc: str | None = None,
