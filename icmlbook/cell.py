@@ -3,6 +3,7 @@
 # %% ../nbs/09_cell.ipynb #fd12cfde
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 
@@ -14,14 +15,15 @@ from torch_geometric.data import Batch, Data
 from torch_geometric.nn.models import GCN
 from torch_geometric.utils import stochastic_blockmodel_graph
 
+from .claims import patience_spent
 from .core import seed_everything
 
 # %% auto #0
-__all__ = ['BASELINES', 'METHODS', 'ABLATIONS', 'SETTINGS', 'FairSBMData', 'sbm_edge_probs', 'make_fair_sbm_pair',
+__all__ = ['BAND', 'BASELINES', 'METHODS', 'ABLATIONS', 'SETTINGS', 'FairSBMData', 'sbm_edge_probs', 'make_fair_sbm_pair',
            'block_densities', 'fairness_metrics', 'group_balanced_accuracy', 'source_target_batch', 'gcn_encoder',
            'grad_reverse', 'ConditionalCLUB', 'pseudo_label', 'counterfactual_neighbors', 'counterfactual_average',
-           'build_fair_bipartite', 'bipartite_loss', 'CELL', 'train_cell', 'BaselineGCN', 'train_baseline',
-           'run_method']
+           'build_fair_bipartite', 'bipartite_loss', 'class_balance_loss', 'selection_score', 'CELL', 'train_cell',
+           'BaselineGCN', 'train_baseline', 'run_method']
 
 # %% ../nbs/09_cell.ipynb #ded216a3
 class FairSBMData(Data):
@@ -287,6 +289,28 @@ def bipartite_loss(z_src: Tensor, z_tgt: Tensor, edge_index: Tensor, weight: Ten
     if tgt_mask is not None: logits = logits.masked_fill(~tgt_mask[None, :], float("-inf"))
     return -(weight * logits.log_softmax(1)[edge_index[0], edge_index[1]]).sum()
 
+# %% ../nbs/09_cell.ipynb #c44f56c1
+BAND = (0.2, 0.8)  # the registered band on the target's predicted positive rate (no collapse to one class)
+
+def class_balance_loss(logits: Tensor,  # (n, K) target logits
+                       ) -> Tensor:
+    "Information-maximisation class balance, Eq. (cell-eq-bal): mean_i H(p_i) - H(mean_i p_i), in nats; minimum -log K."
+    if logits.dim() != 2 or logits.shape[0] < 1: raise ValueError(f"logits must be a non-empty matrix (n, K), got shape {tuple(logits.shape)}")
+    logp = logits.log_softmax(1)
+    p = logp.exp()
+    p_mean = p.mean(0)  # (K,) the predicted class shares
+    return -(p * logp).sum(1).mean() + (p_mean * p_mean.clamp_min(1e-12).log()).sum()
+
+def selection_score(src_val_gba: float,  # group-balanced accuracy on the source validation nodes
+                    pos_rate: float,  # share of target nodes predicted positive (no target label is read)
+                    band: tuple[float, float] = BAND,
+                    ) -> float:
+    "The label-free target-aware selection rule, Eq. (cell-eq-select): src_val_gba, minus 1 when pos_rate leaves `band`."
+    if not 0 <= band[0] < band[1] <= 1: raise ValueError(f"band must satisfy 0 <= lo < hi <= 1, got {band}")
+    if not 0 <= pos_rate <= 1: raise ValueError(f"pos_rate must lie in [0, 1], got {pos_rate}")
+    return float(src_val_gba) - (0.0 if band[0] <= pos_rate <= band[1] else 1.0)
+
+
 # %% ../nbs/09_cell.ipynb #1fa4077b
 def _check_source(data_s: Data) -> None:
     for name in ("y", "s"):
@@ -301,21 +325,47 @@ def _train_mask(data_s: Data) -> Tensor:
     m = getattr(data_s, "train_mask", None)
     return torch.ones(data_s.num_nodes, dtype=torch.bool) if m is None else m
 
+class _BestState:
+    "Early stopping on a selection score (higher is better) seen every `every` epochs, kept from `min_epoch`, no stop before `min_stop`."
+    def __init__(self, model: nn.Module, select: Callable[[Tensor, Tensor], float] | None, every: int,
+                 patience: float | None, min_epoch: int = 0, min_stop: int = 0):
+        if every < 1: raise ValueError(f"every must be >= 1, got {every}")
+        if patience is not None and not patience >= 0: raise ValueError(f"patience must be >= 0 or None, got {patience}")
+        self.model, self.select, self.every, self.patience = model, select, every, patience
+        self.min_epoch, self.min_stop = min_epoch, min_stop
+        self.epochs, self.scores, self.best, self.best_epoch, self.state = [], [], -math.inf, None, None
+
+    def see(self, epoch: int, logits_s: Tensor, logits_t: Tensor) -> bool:
+        "Score the current state at a validation epoch; True once the patience is spent (patience_spent of icmlbook.claims)."
+        if self.select is None or epoch % self.every: return False
+        with torch.no_grad(): v = float(self.select(logits_s.detach(), logits_t.detach()))
+        self.epochs.append(epoch); self.scores.append(v)
+        if epoch >= self.min_epoch and v > self.best:
+            self.best, self.best_epoch, self.state = v, epoch, copy.deepcopy(self.model.state_dict())
+        return (epoch >= self.min_stop and self.best_epoch is not None
+                and patience_spent(epoch, self.best_epoch, self.every, self.patience))
+
+    def restore(self) -> dict:
+        "Load the best state (if any was scored) and return the curve {'epoch', 'score', 'best_epoch'}."
+        if self.state is not None: self.model.load_state_dict(self.state)
+        return {"epoch": self.epochs, "score": self.scores, "best_epoch": self.best_epoch}
+
 class CELL(nn.Module):
     "Causal encoder f_c, sensitive encoder f_s, heads h_y, h_s and the conditional CLUB q_psi of Eq. (cell-eq-total)."
     def __init__(self, in_dim: int, hidden: int = 32, z_dim: int = 16,
                  lam_mi: float = 0.1, lam_cf: float = 0.5, lam_bip: float = 0.5,  # loss weights (reconstructed)
+                 lam_bal: float = 0.0,  # weight of the class-balance term, Eq. (cell-eq-bal) (our addition)
                  tau: float = 0.6, k: int = 5, T: float = 0.5,
                  use_mi: bool = True, use_cf: bool = True, use_bip: bool = True):  # ablation switches
         super().__init__()
-        for name, v in dict(lam_mi=lam_mi, lam_cf=lam_cf, lam_bip=lam_bip).items():
+        for name, v in dict(lam_mi=lam_mi, lam_cf=lam_cf, lam_bip=lam_bip, lam_bal=lam_bal).items():
             if not v >= 0: raise ValueError(f"{name} must be >= 0, got {v}")
         if not 0 < tau < 1: raise ValueError(f"tau must lie in (0, 1), got {tau}")
         if k < 1 or not T > 0: raise ValueError(f"k must be >= 1 and T > 0, got k={k}, T={T}")
         self.enc_c, self.enc_s = (gcn_encoder(in_dim, hidden, z_dim, cached=True) for _ in range(2))  # one graph per model
         self.head_y, self.head_s = nn.Linear(z_dim, 2), nn.Linear(z_dim, 2)
         self.club = ConditionalCLUB(z_dim, z_dim)
-        self.lam_mi, self.lam_cf, self.lam_bip = lam_mi * use_mi, lam_cf * use_cf, lam_bip * use_bip
+        self.lam_mi, self.lam_cf, self.lam_bip, self.lam_bal = lam_mi * use_mi, lam_cf * use_cf, lam_bip * use_bip, lam_bal
         self.tau, self.k, self.T = tau, k, T
 
     def encode(self, x: Tensor, edge_index: Tensor) -> tuple[Tensor, Tensor]:
@@ -342,10 +392,13 @@ class CELL(nn.Module):
              st: dict | None) -> tuple[Tensor, dict]:
         "L of Eq. (cell-eq-total) from the codes of the labelled source nodes and of the target; also the terms' values and reach."
         loss = F.cross_entropy(self.head_y(zc_s), y_src) + F.cross_entropy(self.head_s(zs_s), s_src)
-        info = {"mi": float("nan"), "n_cf": 0, "n_bip": 0}
+        info = {"n_cf": 0, "n_bip": 0}
         if self.lam_mi:
             mi = self.club(*self.mi_inputs(zc_s, zs_s, y_src, zc_t, zs_t, st))
             loss, info["mi"] = loss + self.lam_mi * mi, mi.item()
+        else:  # the term is off: I-hat is still measured (q_psi is fitted all the same), for the log only
+            with torch.no_grad(): info["mi"] = self.club(*self.mi_inputs(zc_s, zs_s, y_src, zc_t, zs_t, st)).item()
+        if self.lam_bal: loss = loss + self.lam_bal * class_balance_loss(self.head_y(zc_t))  # from the first epoch on
         if st is None: return loss, info
         if self.lam_cf:
             zbar, has = counterfactual_average(zc_t, st["nbr"], st["valid"])
@@ -367,9 +420,14 @@ def train_cell(data_s: Data,  # source graph with x, edge_index, y, s (and optio
                refresh: int = 10,  # epochs between pseudo-label refreshes
                q_steps: int = 5,  # maximum-likelihood steps of q_psi per encoder step
                on_refresh: Callable[[int, Tensor, Tensor], None] | None = None,  # f(epoch, s_hat, s_confident)
+               select: Callable[[Tensor, Tensor], float] | None = None,  # f(source logits, target logits) -> score; None: train to the cap
+               every: int = 5,  # epochs between selection scores
+               patience: float | None = 0.3,  # stop once no new best for this share of the epochs so far; None: never early
+               min_stop: int = 0,  # no early stop before this epoch
                **model_kwargs,  # CELL's arguments (loss weights, tau, k, T, ablation switches)
                ) -> dict:
-    "Train CELL (Eq. cell-eq-total) without target labels or target sensitive attributes; returns the model, predictions and a log."
+    """Train CELL (Eq. cell-eq-total) without target labels or target sensitive attributes; returns the model, predictions and a log.
+    With `select`, the state with the best score at epochs >= `warmup` (every `every` epochs) is kept, and training stops early."""
     _check_source(data_s)
     if epochs < 1 or refresh < 1 or warmup < 0 or q_steps < 1:
         raise ValueError(f"epochs, refresh and q_steps must be >= 1 and warmup >= 0, got {epochs}, {refresh}, {q_steps}, {warmup}")
@@ -381,31 +439,36 @@ def train_cell(data_s: Data,  # source graph with x, edge_index, y, s (and optio
     opt = torch.optim.Adam([p for n, p in model.named_parameters() if not n.startswith("club.")], lr=lr)
     opt_q = torch.optim.Adam(model.club.parameters(), lr=lr)
     st, log = None, {"epoch": [], "mi": [], "src_acc": [], "refresh": []}
-    for epoch in range(epochs):
+    best = _BestState(model, select, every, patience, min_epoch=warmup, min_stop=min_stop)
+    for epoch in range(epochs + 1):
         zc, zs = model.encode(batch.x, batch.edge_index)
+        logits = model.head_y(zc)
+        if epoch == 0: init_pred = logits[ns:].argmax(1).detach()  # the untrained initialisation's target predictions
+        if best.see(epoch, logits[:ns], logits[ns:]) or epoch == epochs: break
         zc_s, zs_s, zc_t, zs_t = zc[:ns][lab], zs[:ns][lab], zc[ns:], zs[ns:]
         if epoch >= warmup and (epoch - warmup) % refresh == 0:
             st = model.target_structures(zc_s, zc_t, zs_t, y_src, s_src)
             log["refresh"].append({"epoch": epoch, "y_conf": st["y_ok"].float().mean().item(),
                                    "s_conf": st["s_ok"].float().mean().item(), "both_conf": st["conf"].float().mean().item()})
             if on_refresh is not None: on_refresh(epoch, st["s_hat"], st["s_ok"])
-        if model.lam_mi:  # q_steps maximum-likelihood steps of q_psi on detached codes
-            q_in = model.mi_inputs(zc_s.detach(), zs_s.detach(), y_src, zc_t.detach(), zs_t.detach(), st)
-            for _ in range(q_steps):
-                opt_q.zero_grad(); model.club.learning_loss(*q_in).backward(); opt_q.step()
+        # q_steps maximum-likelihood steps of q_psi on detached codes (also when the MI term is off: I-hat is logged)
+        q_in = model.mi_inputs(zc_s.detach(), zs_s.detach(), y_src, zc_t.detach(), zs_t.detach(), st)
+        for _ in range(q_steps):
+            opt_q.zero_grad(); model.club.learning_loss(*q_in).backward(); opt_q.step()
         loss, info = model.loss(zc_s, zs_s, y_src, s_src, zc_t, zs_t, st)
         if st is not None and log["refresh"][-1]["epoch"] == epoch:
             log["refresh"][-1].update(n_cf=info["n_cf"], n_bip=info["n_bip"])
         with torch.no_grad():
             log["epoch"].append(epoch); log["mi"].append(info["mi"])
-            log["src_acc"].append((model.head_y(zc[:ns][~lab]).argmax(1) == data_s.y[~lab]).float().mean().item()
+            log["src_acc"].append((logits[:ns][~lab].argmax(1) == data_s.y[~lab]).float().mean().item()
                                   if (~lab).any() else float("nan"))
         opt.zero_grad(); loss.backward(); opt.step()
+    log["select"] = best.restore()
     with torch.no_grad():
         zc, zs = model.encode(batch.x, batch.edge_index)
         logits = model.head_y(zc)
     return {"model": model, "y_pred": logits[ns:].argmax(1), "y_score": logits[ns:].softmax(1)[:, 1],
-            "src_pred": logits[:ns].argmax(1), "s_hat": model.head_s(zs[ns:]).argmax(1), "log": log}
+            "src_pred": logits[:ns].argmax(1), "s_hat": model.head_s(zs[ns:]).argmax(1), "init_pred": init_pred, "log": log}
 
 # %% ../nbs/09_cell.ipynb #36d94e1d
 BASELINES = ("erm", "dann", "dann_adv", "fairgnn", "oracle")
@@ -425,8 +488,13 @@ def train_baseline(kind: str,  # one of BASELINES
                    lam_d: float = 0.1,  # domain-adversary weight
                    lam_s: float = 0.5,  # sensitive-adversary weight (FairGNN's beta)
                    lam_cov: float = 1.0,  # FairGNN's covariance-constraint weight (its alpha)
+                   select: Callable[[Tensor, Tensor], float] | None = None,  # f(source logits, target logits) -> score; None: train to the cap
+                   every: int = 5,  # epochs between selection scores
+                   patience: float | None = 0.3,  # stop once no new best for this share of the epochs so far; None: never early
+                   min_stop: int = 0,  # no early stop before this epoch
                    ) -> dict:
-    "Train GCN-ERM, GCN+DANN, DANN + source-only adversarial debiasing, DANN + FairGNN, or the oracle (reads data_t.s)."
+    """Train GCN-ERM, GCN+DANN, DANN + source-only adversarial debiasing, DANN + FairGNN, or the oracle (reads data_t.s).
+    With `select`, the state with the best score (every `every` epochs) is kept, and training stops early."""
     if kind not in BASELINES: raise ValueError(f"kind must be one of {BASELINES}, got {kind!r}")
     for name, v in dict(lam_d=lam_d, lam_s=lam_s, lam_cov=lam_cov).items():
         if not v >= 0: raise ValueError(f"{name} must be >= 0, got {v}")
@@ -439,10 +507,13 @@ def train_baseline(kind: str,  # one of BASELINES
     model = BaselineGCN(batch.num_features)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     domain = (batch.batch == 1).long()
-    for epoch in range(epochs):
+    best = _BestState(model, select, every, patience, min_stop=min_stop)
+    for epoch in range(epochs + 1):
         ramp = 2 / (1 + math.exp(-10 * epoch / epochs)) - 1
         z = model.enc(batch.x, batch.edge_index)
         logits = model.head_y(z)
+        if epoch == 0: init_pred = logits[ns:].argmax(1).detach()  # the untrained initialisation's target predictions
+        if best.see(epoch, logits[:ns], logits[ns:]) or epoch == epochs: break
         loss = F.cross_entropy(logits[src_lab], data_s.y[lab])
         if kind != "erm": loss = loss + lam_d * F.cross_entropy(model.disc_d(grad_reverse(z, ramp)), domain)
         if kind == "dann_adv":
@@ -459,31 +530,48 @@ def train_baseline(kind: str,  # one of BASELINES
             cov = ((s_score - s_score.mean()) * (y_score - y_score.mean())).mean().abs()
             loss = loss + lam_s * F.cross_entropy(model.disc_s(grad_reverse(z, ramp)), adv_target) + lam_cov * cov
         opt.zero_grad(); loss.backward(); opt.step()
+    curve = best.restore()
     with torch.no_grad():
         logits = model.head_y(model.enc(batch.x, batch.edge_index))
     return {"model": model, "y_pred": logits[ns:].argmax(1), "y_score": logits[ns:].softmax(1)[:, 1],
-            "src_pred": logits[:ns].argmax(1)}
+            "src_pred": logits[:ns].argmax(1), "init_pred": init_pred, "log": {"select": curve}}
 
 # %% ../nbs/09_cell.ipynb #e1fc84d2
 METHODS = {"GCN-ERM": "erm", "GCN+DANN": "dann", "DANN+Adv": "dann_adv", "FairGNN": "fairgnn", "Oracle": "oracle",
-           "CELL": "cell", "CELL w/o MI": "cell", "CELL w/o cf": "cell", "CELL w/o bip": "cell"}
-ABLATIONS = {"CELL w/o MI": {"use_mi": False}, "CELL w/o cf": {"use_cf": False}, "CELL w/o bip": {"use_bip": False}}
+           "CELL": "cell", "CELL w/o MI": "cell", "CELL w/o cf": "cell", "CELL w/o bip": "cell", "CELL w/o its terms": "cell"}
+ABLATIONS = {"CELL w/o MI": {"use_mi": False}, "CELL w/o cf": {"use_cf": False}, "CELL w/o bip": {"use_bip": False},
+             "CELL w/o its terms": {"use_mi": False, "use_cf": False, "use_bip": False}}  # the null: no claimed ingredient
 SETTINGS = {"A": 0.5, "B": 0.65}  # target P(y=1|s=1)
 
 def run_method(name: str,  # a key of METHODS
-               data_s: Data, data_t: Data, seed: int, epochs: int = 100,
+               data_s: Data, data_t: Data, seed: int, epochs: int = 100,  # epochs: the cap
                weights: dict | None = None,  # the method's loss weights (e.g. from tuning)
                on_refresh: Callable | None = None,  # CELL only: f(epoch, s_hat, s_confident)
+               select: bool = True,  # early stopping and the kept state by Eq. (cell-eq-select); False: train to the cap
+               every: int = 5, patience: float | None = 0.3,
+               min_stop: int | None = None,  # no early stop before this epoch; None: a third of the cap
                ) -> dict:
-    "Train one method of METHODS; score it on the target (acc, pos_rate, AUC, Delta_SP, Delta_EO) and on the source validation nodes."
+    """Train one method of METHODS; score it on the target (acc, pos_rate, AUC, Delta_SP, Delta_EO), its untrained
+    initialisation on the target ('init_acc', 'init_pos_rate'), and the source validation nodes."""
     if name not in METHODS: raise ValueError(f"name must be one of {list(METHODS)}, got {name!r}")
     if getattr(data_s, "val_mask", None) is None: raise ValueError("data_s.val_mask is required to score the source")
     kind, kw = METHODS[name], {**(weights or {}), **ABLATIONS.get(name, {})}
+    val, y_val = data_s.val_mask, data_s.y[data_s.val_mask]
+    parts = {"src_val_gba": [], "pos_rate": []}  # the two parts of each selection score, for the page's curves
+    def rule(logits_s: Tensor, logits_t: Tensor) -> float:
+        parts["src_val_gba"].append(group_balanced_accuracy(logits_s[val].argmax(1), y_val, data_s.s[val]))
+        parts["pos_rate"].append(logits_t.argmax(1).float().mean().item())
+        return selection_score(parts["src_val_gba"][-1], parts["pos_rate"][-1])
+    kw.update(select=rule if select else None, every=every, patience=patience, min_stop=epochs // 3 if min_stop is None else min_stop)
     out = (train_cell(data_s, data_t, epochs=epochs, seed=seed, on_refresh=on_refresh, **kw) if kind == "cell"
            else train_baseline(kind, data_s, data_t, epochs=epochs, seed=seed, **kw))
-    val, y_val = data_s.val_mask, data_s.y[data_s.val_mask]
     res = fairness_metrics(out["y_pred"], data_t.y, data_t.s, y_score=out["y_score"])
+    init = fairness_metrics(out["init_pred"], data_t.y, data_t.s)
     res.update(src_val_acc=(out["src_pred"][val] == y_val).float().mean().item(),
                src_val_gba=group_balanced_accuracy(out["src_pred"][val], y_val, data_s.s[val]),
-               src_val_majority=max(y_val.float().mean().item(), 1 - y_val.float().mean().item()), log=out.get("log"))
+               src_val_majority=max(y_val.float().mean().item(), 1 - y_val.float().mean().item()),
+               init_acc=init["acc"], init_pos_rate=init["pos_rate"], log=out["log"],
+               curve={**out["log"]["select"], **parts})
+    res["score"] = selection_score(res["src_val_gba"], res["pos_rate"])
     return res
+
