@@ -11,6 +11,7 @@ import scipy.stats
 import torch
 import torch.nn.functional as F
 from torch import nn
+from .claims import next_rung, patience_spent
 from .core import check_int, check_number
 
 
@@ -20,8 +21,7 @@ __all__ = ['MACRO_COLUMNS', 'rlc_ladder_matrices', 'discretize_zoh', 'rlc_energy
            'top_fft_periods', 'PeriodicGate', 'DetrendedAttention', 'normalise_variable_tokens', 'CSCA',
            'orthogonality_penalty', 'consistency_penalty', 'reciprocity_penalty', 'rlc_regularizer', 'PESDTSF',
            'chronological_windows', 'train_forecaster', 'predict', 'evaluate', 'naive_errors', 'map_coupling_spearman',
-           'load_macrodata', 'LinearMixing', 'ridge_solution', 'fit_ridge', 'validation_score', 'patience_spent',
-           'train_early_stopping', 'next_rung']
+           'load_macrodata', 'LinearMixing', 'ridge_solution', 'fit_ridge', 'validation_score', 'train_early_stopping']
 
 # %% ../nbs/16_pesd_tsf.ipynb #c3c2a294
 def rlc_ladder_matrices(N: int,  # nodes (capacitors), one observed variable each
@@ -447,14 +447,17 @@ def chronological_windows(Y: np.ndarray,  # series (T, N)
 def train_forecaster(model: Forecaster, data: dict, steps: int = 300, lr: float = 3e-3, batch: int = 32,
                      seed: int = 0,
                      on_step=None,  # called as on_step(step) after each step 1..steps (e.g. validation; it must leave the model in train mode); a true return stops training
+                     on_start=None,  # called as on_start(opt) with the Adam optimizer before the first step (e.g. to attach a learning-rate scheduler)
                      ) -> list[float]:
     "Adam on MSE + model.penalty() over random training windows for `steps` steps (fewer if `on_step` returns true); returns the loss history."
     check_int(steps, "steps", lo=1); check_int(batch, "batch", lo=1)
     if not lr > 0: raise ValueError(f"lr must be > 0, got {lr!r}")
     if on_step is not None and not callable(on_step): raise TypeError(f"on_step must be callable or None, got {on_step!r}")
+    if on_start is not None and not callable(on_start): raise TypeError(f"on_start must be callable or None, got {on_start!r}")
     X, Y, tau = data["train"]
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
+    if on_start is not None: on_start(opt)
     model.train()
     hist = []
     for step in range(1, steps + 1):
@@ -562,60 +565,39 @@ def validation_score(model: Forecaster, split: tuple, horizons: tuple[int, ...])
     P = predict(model, X, tau)
     return float(np.mean([((P - Y)[..., :_split_horizon(H, Y)] ** 2).mean().item() for H in horizons]))
 
-def patience_spent(step: int,  # the step of this validation
-                   best_step: int,  # the step of the best validation score so far
-                   every: int,  # steps between validations
-                   patience: float | None,  # a fraction of the steps trained so far; None: never stop early
-                   ) -> bool:
-    """Whether early stopping ends at `step`: no new best for max(2 * every, patience * step) steps. A run stopped so has its best
-    before the last `patience` share of its steps, so the claims' still-learning rule (best in the last 10 %) never flags it when
-    patience >= 0.1; a run that reaches its cap still improving can be flagged."""
-    return patience is not None and step - best_step >= max(2 * every, patience * step)
-
 def train_early_stopping(model: Forecaster, data: dict, steps: int = 300, lr: float = 3e-3, batch: int = 32, seed: int = 0,
                          every: int = 25,  # validation every `every` steps (and at step 0)
                          horizons: tuple[int, ...] | None = None,  # default: the split's whole horizon
                          patience: float | None = None,  # stop once `patience_spent` (None: train all `steps`, the cap)
+                         factor: float = 1.0,  # a plateau's rate cut: the rate is multiplied by `factor` (0 < factor <= 1)
+                         cuts: int = 0,  # the first `cuts` times patience is spent, cut the rate and go on instead of stopping
                          ) -> dict:
-    """train_forecaster's Adam loop (the same batches) with `validation_score` at step 0 and every `every` steps, stopped once
-    `patience_spent` or at `steps`; the model ends in its best state, the earliest on ties. Returns {'loss', 'steps', 'val', 'best_step'}."""
+    """train_forecaster's Adam loop (the same batches) with `validation_score` at step 0 and every `every` steps. Once `patience_spent`,
+    counted from the later of the best step and the last cut, the first `cuts` times the rate is multiplied by `factor` and training
+    goes on (reduce on plateau, the plateau being early stopping's); the next time, or at `steps`, the run stops. Until its first cut
+    a run is the constant-rate run, step for step. The model ends in its best state, the earliest on ties.
+    Returns {'loss', 'steps', 'val', 'lr' (the rate after each validation), 'cut_steps', 'best_step'}."""
     check_int(steps, "steps", lo=1); check_int(batch, "batch", lo=1); check_int(every, "every", lo=1)
     check_number(lr, "lr", lo=0, lo_open=True)
     if patience is not None: check_number(patience, "patience", lo=0, lo_open=True, hi=1)
+    check_number(factor, "factor", lo=0, hi=1, lo_open=True); check_int(cuts, "cuts", lo=0)
     horizons = (data["train"][1].shape[-1],) if horizons is None else tuple(horizons)
-    out = {"steps": [0], "val": [validation_score(model, data["val"], horizons)]}
+    out = {"steps": [0], "val": [validation_score(model, data["val"], horizons)], "lr": [lr], "cut_steps": []}
     best = {"val": out["val"][0], "step": 0, "state": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+    optimizer = []
     def validate(step: int) -> bool:
         if step % every and step != steps: return False
         v = validation_score(model, data["val"], horizons)
         out["steps"].append(step); out["val"].append(v)
         if v < best["val"]: best.update(val=v, step=step, state={k: t.detach().clone() for k, t in model.state_dict().items()})
         model.train()
-        return patience_spent(step, best["step"], every, patience)
-    out["loss"] = train_forecaster(model, data, steps, lr, batch, seed, on_step=validate)
+        spent = patience_spent(step, max([best["step"]] + out["cut_steps"]), every, patience)
+        if spent and len(out["cut_steps"]) < cuts:                                       # a plateau: cut the rate, go on
+            for g in optimizer[0].param_groups: g["lr"] *= factor
+            out["cut_steps"].append(step); spent = False
+        out["lr"].append(optimizer[0].param_groups[0]["lr"])
+        return spent
+    out["loss"] = train_forecaster(model, data, steps, lr, batch, seed, on_step=validate, on_start=optimizer.append)
     model.load_state_dict(best["state"])
     out["best_step"] = out["steps"][out["val"].index(best["val"])]
     return out
-
-def next_rung(grid: list,  # the values tried so far, ascending, each on `ladder`
-              scores: list,  # their validation scores (lower is better), in grid order
-              ladder: list,  # the ascending values a grid may take
-              force: bool = False,  # also return a rung when the best is interior (to equalise grid sizes)
-              ) -> float | None:
-    """The ladder's next value beyond the end of `grid` where the best (lowest) score sits, so that a grid is widened until it
-    brackets its optimum; None when the best is interior, or when the ladder ends there (then `run.tune` flags the edge).
-    With `force`, the value beyond the better-scoring end (or, when the ladder ends there, the other end), or None when the
-    grid spans the ladder."""
-    if not isinstance(grid, (list, tuple)): raise TypeError(f"grid must be a list, got {type(grid).__name__}")
-    if len(grid) < 2: raise ValueError(f"grid must hold at least 2 values, got {list(grid)}")
-    if not isinstance(scores, (list, tuple)) or len(scores) != len(grid):
-        raise ValueError(f"scores must hold one score per grid value ({len(grid)}), got {scores!r}")
-    if any(v not in ladder for v in grid) or list(grid) != sorted(grid):
-        raise ValueError(f"grid must be ascending values of ladder {list(ladder)}, got {list(grid)}")
-    i, top = int(np.argmin(scores)), len(grid) - 1
-    if 0 < i < top and not force: return None
-    ends = (top, 0) if i == top or (0 < i < top and scores[top] <= scores[0]) else (0, top)
-    for end in ends if force else ends[:1]:
-        j = list(ladder).index(grid[end]) + (1 if end == top else -1)
-        if 0 <= j < len(ladder): return ladder[j]
-    return None
