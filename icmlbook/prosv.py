@@ -294,13 +294,22 @@ def train_sv(model: nn.Module,  # a transformers causal LM; its weights are froz
              seed: int = 0,  # batch order
              spec: str = "f2+l2",
              stream: str = "block_output",  # see `attach`
-             ) -> dict[str, list[float]]:  # per step: "loss" and "factor"
-    "Joint (or vector-only) training of a steering vector: Adam with groups (v: lr_vector, a: lr_factor), linear decay, clipping on v."
+             val_data: tuple[Tensor, Tensor] | None = None,  # (input_ids, labels) of validation data: early stopping on its loss
+             eval_every: int | None = None,  # steps between validations (default: one epoch)
+             ) -> dict[str, list[float]]:  # per step: "loss" and "factor"; with val_data: "val_step", "val_loss", "best_step"
+    """Joint (or vector-only) training of a steering vector: Adam with groups (v: lr_vector, a: lr_factor), linear decay, clipping on v.
+    With `val_data`, the validation loss is measured at the start and every `eval_every` steps (and at the end), and the vector
+    is put back to its state at the best of them (early stopping on the recorded validation curve)."""
     if input_ids.shape != labels.shape or input_ids.dim() != 2:
         raise ValueError(f"input_ids and labels must both have shape (N, L), got {tuple(input_ids.shape)} and {tuple(labels.shape)}")
     for name, x in (("lr_vector", lr_vector), ("lr_factor", lr_factor), ("clip", clip)):
         if not x > 0: raise ValueError(f"{name} must be > 0, got {x!r}")
     if epochs < 1 or batch_size < 1: raise ValueError(f"epochs and batch_size must be >= 1, got {epochs}, {batch_size}")
+    if val_data is not None and (len(val_data) != 2 or val_data[0].shape != val_data[1].shape or val_data[0].dim() != 2):
+        raise ValueError("val_data must be (input_ids, labels) of one shape (N, L)")
+    if eval_every is not None and (isinstance(eval_every, bool) or not isinstance(eval_every, int)):
+        raise TypeError(f"eval_every must be an int or None, got {eval_every!r}")
+    if eval_every is not None and eval_every < 1: raise ValueError(f"eval_every must be >= 1, got {eval_every}")
     model.requires_grad_(False)
     model.eval()
     sv.factor.requires_grad_(train_factor)
@@ -308,11 +317,24 @@ def train_sv(model: nn.Module,  # a transformers causal LM; its weights are froz
     if train_factor: groups.append({"params": [sv.factor], "lr": lr_factor})
     opt = torch.optim.Adam(groups)
     n = input_ids.shape[0]
-    steps = epochs * math.ceil(n / batch_size)
+    per_epoch = math.ceil(n / batch_size)
+    steps = epochs * per_epoch
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda t: 1.0 - t / steps)  # linear decay, no warm-up
     gen = torch.Generator().manual_seed(seed)
     hist = {"loss": [], "factor": []}
+    every = eval_every or per_epoch
+    best = {}
+
+    def validate(step: int) -> None:
+        with torch.no_grad(): v = model(input_ids=val_data[0], labels=val_data[1]).loss.item()
+        hist["val_step"].append(step); hist["val_loss"].append(v)
+        if not best or v < best["loss"]:  # ties keep the earlier state
+            best.update(loss=v, step=step, state={k: t.detach().clone() for k, t in sv.state_dict().items()})
+
     with attach(model, layer, sv, mode, prompt_len, spec, stream=stream):
+        if val_data is not None:
+            hist |= {"val_step": [], "val_loss": []}
+            validate(0)
         for _ in range(epochs):
             for idx in torch.randperm(n, generator=gen).split(batch_size):
                 loss = model(input_ids=input_ids[idx], labels=labels[idx]).loss
@@ -321,6 +343,11 @@ def train_sv(model: nn.Module,  # a transformers causal LM; its weights are froz
                 torch.nn.utils.clip_grad_norm_([sv.proj.weight], clip)
                 opt.step(); sched.step()
                 hist["loss"].append(loss.item()); hist["factor"].append(sv.factor.item())
+                t = len(hist["loss"])
+                if val_data is not None and (t % every == 0 or t == steps): validate(t)
+    if val_data is not None:
+        sv.load_state_dict(best["state"])  # the best validated state
+        hist["best_step"] = best["step"]
     return hist
 
 # %% ../nbs/07_prosv.ipynb #86b140bf
