@@ -488,6 +488,7 @@ def train_baseline(kind: str,  # one of BASELINES
                    lam_d: float = 0.1,  # domain-adversary weight
                    lam_s: float = 0.5,  # sensitive-adversary weight (FairGNN's beta)
                    lam_cov: float = 1.0,  # FairGNN's covariance-constraint weight (its alpha)
+                   lam_bal: float = 0.0,  # class-balance weight on the target's predictions, Eq. (cell-eq-bal) (our addition)
                    select: Callable[[Tensor, Tensor], float] | None = None,  # f(source logits, target logits) -> score; None: train to the cap
                    every: int = 5,  # epochs between selection scores
                    patience: float | None = 0.3,  # stop once no new best for this share of the epochs so far; None: never early
@@ -496,7 +497,7 @@ def train_baseline(kind: str,  # one of BASELINES
     """Train GCN-ERM, GCN+DANN, DANN + source-only adversarial debiasing, DANN + FairGNN, or the oracle (reads data_t.s).
     With `select`, the state with the best score (every `every` epochs) is kept, and training stops early."""
     if kind not in BASELINES: raise ValueError(f"kind must be one of {BASELINES}, got {kind!r}")
-    for name, v in dict(lam_d=lam_d, lam_s=lam_s, lam_cov=lam_cov).items():
+    for name, v in dict(lam_d=lam_d, lam_s=lam_s, lam_cov=lam_cov, lam_bal=lam_bal).items():
         if not v >= 0: raise ValueError(f"{name} must be >= 0, got {v}")
     _check_source(data_s)
     if kind == "oracle" and getattr(data_t, "s", None) is None: raise ValueError("data_t.s is required by the oracle")
@@ -515,6 +516,7 @@ def train_baseline(kind: str,  # one of BASELINES
         if epoch == 0: init_pred = logits[ns:].argmax(1).detach()  # the untrained initialisation's target predictions
         if best.see(epoch, logits[:ns], logits[ns:]) or epoch == epochs: break
         loss = F.cross_entropy(logits[src_lab], data_s.y[lab])
+        if lam_bal: loss = loss + lam_bal * class_balance_loss(logits[ns:])  # every target node, as in CELL
         if kind != "erm": loss = loss + lam_d * F.cross_entropy(model.disc_d(grad_reverse(z, ramp)), domain)
         if kind == "dann_adv":
             loss = loss + lam_s * F.cross_entropy(model.disc_s(grad_reverse(z[src_lab], ramp)), data_s.s[lab])
