@@ -19,7 +19,7 @@ from diffusers.models.embeddings import TimestepEmbedding, Timesteps
 from scipy.special import gammaln
 from torch import nn
 
-from .claims import bracket_grids, next_rung
+from .claims import bracket_grids
 from .core import check_int, check_number, progress
 
 # %% auto #0
