@@ -63,6 +63,14 @@ def test_chapter_exports_its_module_and_records_claims(nb):
         assert f"icmlbook.{other}" not in code or other == slug, f"{nb.name} imports chapter {other}"
 
 
+@pytest.mark.parametrize("nb", sorted((ROOT / "nbs").glob("*.ipynb")), ids=lambda p: p.name)
+def test_cell_ids_are_unique(nb):
+    "nbformat 4.5 requires unique cell ids; Jupyter Book and Colab keep the first of a duplicated id and drop links to the second."
+    ids = [c.get("id") for c in cells(nb)]
+    dup = sorted({i for i in ids if ids.count(i) > 1})
+    assert not dup, f"{nb.name}: duplicate cell ids {dup}"
+
+
 @pytest.mark.parametrize("nb", CHAPTER_NBS, ids=lambda p: p.name)
 def test_exported_code_comes_before_the_experiment(nb):
     "Library code is tested where it is defined; the mutation tests (tools/mutate.py) run only the cells before it."
