@@ -927,6 +927,7 @@ class ChapterRun:
     def finish(self) -> None:
         "Stop the chapter's clock, write its wall time to the ledger and show it once, at the end of the page."
         self.data["wall_time"] = round(time.perf_counter() - self._start, 2)
+        self.data["machine"] = _machine()  # read again at the end: a chapter may set its torch threads after its ChapterRun starts
         # sanity checks or tuning recorded after a claim still count: re-assess every claim with the final records
         self.data["claims"] = [self._assess(self.registry.claim(c["id"]), {k: v["values"] for k, v in c["measured"].items()},
                                             c["seeds"], c.get("whole_run", ())).to_dict() for c in self.data["claims"]]
