@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -15,15 +17,18 @@ from pycocotools.cocoeval import COCOeval
 from torch import nn
 from transformers import GPT2Config, GPT2LMHeadModel, ViTConfig, ViTModel
 
-from .core import progress
+from .claims import patience_spent
+from .core import check_int, check_number, progress
 
 # %% auto #0
 __all__ = ['MODALITIES', 'CLASSES', 'IMG', 'PATCH', 'NBIN', 'VOCAB', 'TOKEN', 'GRID', 'make_scene_meta', 'gamma_speckle',
            'render_scene', 'make_rs_scene', 'make_rs_dataset', 'make_instruction_pairs', 'encode_pairs', 'csia_loss',
-           'lvsa_alpha', 'lvsa_fuse', 'make_vit', 'grid_features', 'BabelRSPretrainer', 'make_lm', 'pretrain_csia',
-           'patchify', 'MaskedImagePretrainer', 'pretrain_mim', 'MultiHeadCenterNet', 'centernet_targets',
-           'centernet_loss', 'decode_detections', 'class_aps', 'detection_map', 'h_map', 'finetune_detector',
-           'evaluate_detector', 'count_grad_spikes', 'object_features', 'cross_modal_retrieval']
+           'lvsa_alpha', 'lvsa_fuse', 'make_vit', 'EarlyStopping', 'grid_features', 'BabelRSPretrainer', 'make_lm',
+           'pretrain_csia', 'ImageBlindPretrainer', 'csia_val_loss', 'patchify', 'MaskedImagePretrainer',
+           'pretrain_mim', 'mim_val_loss', 'MultiHeadCenterNet', 'centernet_targets', 'centernet_loss',
+           'decode_detections', 'class_aps', 'detection_map', 'h_map', 'finetune_detector', 'evaluate_detector',
+           'count_grad_spikes', 'object_features', 'nearest_items', 'cross_modal_retrieval', 'hub_share',
+           'chance_retrieval']
 
 # %% ../nbs/11_babelrs.ipynb #314bae4c
 MODALITIES = ("rgb", "sar", "ir")
@@ -181,6 +186,41 @@ def make_vit(d: int = 32, depth: int = 4, heads: int = 2) -> ViTModel:
 
 GRID = IMG // PATCH  # tokens per side
 
+def _check_layers(layers, vit: ViTModel) -> tuple[int, ...]:
+    "The layer set S as a tuple, each index a block of `vit` (1..depth)."
+    depth = vit.config.num_hidden_layers
+    layers = tuple(check_int(l, "layers", lo=1, hi=depth) for l in layers)
+    if not layers: raise ValueError("layers must hold at least one layer index")
+    return layers
+
+class EarlyStopping:
+    """Early stopping on a validation curve: `validate(step)` at step 0, every `every` steps and at the last step; the best state
+    (the earliest on ties; nan is the worst) is kept and loaded back by `finish`; training stops once `patience_spent`."""
+    def __init__(self, model: nn.Module, validate: Callable[[int], float], every: int, patience: float | None = None,
+                 minimize: bool = True):
+        if not callable(validate): raise TypeError(f"validate must be callable, got {type(validate).__name__}")
+        self.model, self.validate, self.every, self.minimize = model, validate, check_int(every, "every", lo=1), bool(minimize)
+        self.patience = None if patience is None else check_number(patience, "patience", lo=0, hi=1, lo_open=True)
+        self.steps, self.values, self.best_step, self.best, self._state = [], [], 0, math.nan, None
+
+    def _measure(self, step: int) -> None:
+        v = float(self.validate(step))
+        self.steps.append(step); self.values.append(v)
+        if self._state is None or (not math.isnan(v) and (math.isnan(self.best) or (v < self.best if self.minimize else v > self.best))):
+            self.best, self.best_step, self._state = v, step, copy.deepcopy(self.model.state_dict())
+
+    def __call__(self, step: int) -> bool:
+        "Validate at `step` if it is due (step 0 and every `every` steps); whether training stops here."
+        if step % self.every: return False
+        self._measure(step)
+        return patience_spent(step, self.best_step, self.every, self.patience)
+
+    def finish(self, step: int) -> nn.Module:
+        "After the last step: validate there if not yet done, and load the best state into the model."
+        if not self.steps or self.steps[-1] != step: self._measure(step)
+        self.model.load_state_dict(self._state)
+        return self.model
+
 def _init_like_vit(module: nn.Module, vit: ViTModel) -> nn.Module:
     "Initialise the Linear layers of `module` as transformers initialises the ViT's own: truncated normal, std = initializer_range, zero bias."
     for m in module.modules():
@@ -198,7 +238,7 @@ class BabelRSPretrainer(nn.Module):
     def __init__(self, vit: ViTModel, lm: GPT2LMHeadModel, layers: tuple[int, ...]):
         super().__init__()
         d, e = vit.config.hidden_size, lm.config.n_embd
-        self.vit, self.lm, self.layers = vit, lm, tuple(layers)
+        self.vit, self.lm, self.layers = vit, lm, _check_layers(layers, vit)
         self.projector = _init_like_vit(nn.Sequential(nn.LayerNorm(4 * d), nn.Linear(4 * d, e), nn.GELU(), nn.Linear(e, e)), vit)
         self.n_visual = (GRID // 2) ** 2
 
@@ -226,9 +266,12 @@ def _batches(n: int, batch: int, steps: int, gen: torch.Generator):
         yield torch.randint(n, (batch,), generator=gen)
 
 def pretrain_csia(model: BabelRSPretrainer, data: list[dict], steps: int, alpha_at: Callable[[int], float],
-                  lr: float = 2e-3, batch: int = 32, seed: int = 0, length: int = 24) -> list[float]:
+                  lr: float = 2e-3, batch: int = 32, seed: int = 0, length: int = 24,
+                  stopper: EarlyStopping | None = None) -> list[float]:
     """Concept-Shared Instruction Aligning on disjoint per-modality sets (pooled, shuffled), nothing frozen; the
-    visual features at step t are fused with alpha_at(t) (LVSA, Eqs. (babelrs-eq-alpha)-(babelrs-eq-fuse)). AdamW, cosine decay. Returns the losses."""
+    visual features at step t are fused with alpha_at(t) (LVSA, Eqs. (babelrs-eq-alpha)-(babelrs-eq-fuse)). AdamW, cosine decay
+    over `steps` (the cap); with a `stopper` the run may end early and ends in its best validated state. Returns the losses."""
+    check_int(steps, "steps", lo=1); check_int(batch, "batch", lo=1); check_number(lr, "lr", lo=0)
     x = torch.cat([d["x"] for d in data])
     pairs = [make_instruction_pairs(m) for d in data for m in d["meta"]]
     n_kinds, = {len(p) for p in pairs}                                              # every scene: the same instruction kinds
@@ -237,12 +280,36 @@ def pretrain_csia(model: BabelRSPretrainer, data: list[dict], steps: int, alpha_
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     losses = []
     for t, idx in enumerate(progress(_batches(len(x), batch, steps, gen), desc="CSIA", total=steps, leave=False)):
+        if stopper is not None and stopper(t): break
         pick = torch.randint(n_kinds, (batch,), generator=gen)                        # one instruction per scene
         ids, labels = encode_pairs([pairs[i][j] for i, j in zip(idx.tolist(), pick.tolist())], model.n_visual, length)
         loss = model(x[idx], ids, labels, alpha_at(t))
         opt.zero_grad(); loss.backward(); opt.step(); sched.step()
         losses.append(loss.item())
+    if stopper is not None: stopper.finish(len(losses))
     return losses
+
+class ImageBlindPretrainer(nn.Module):
+    """The image-blind null of CSIA: the same language model and instructions, with the visual positions filled by learned
+    vectors that no image changes, so the response is predicted from the question and the token position only."""
+    def __init__(self, lm: GPT2LMHeadModel):
+        super().__init__()
+        self.lm, self.n_visual = lm, (GRID // 2) ** 2
+        self.visual = nn.Parameter(nn.init.trunc_normal_(torch.empty(self.n_visual, lm.config.n_embd), std=0.02))
+
+    def visual_tokens(self, x: torch.Tensor, alpha: float) -> torch.Tensor:
+        return self.visual.expand(len(x), -1, -1)                                   # (B, n_visual, e), the same for every image
+
+    forward = BabelRSPretrainer.forward
+
+@torch.no_grad()
+def csia_val_loss(model: BabelRSPretrainer | ImageBlindPretrainer, data: list[dict], alpha: float, length: int = 24) -> float:
+    "The alignment loss (nats per response token) on every instruction pair of every held-out scene in `data`."
+    x = torch.cat([d["x"] for d in data])
+    pairs = [make_instruction_pairs(m) for d in data for m in d["meta"]]
+    ids, labels = encode_pairs([p for ps in pairs for p in ps], model.n_visual, length)
+    vis = model.visual_tokens(x, alpha).repeat_interleave(len(pairs[0]), 0)          # each scene's tokens, once per pair
+    return csia_loss(model.lm(inputs_embeds=torch.cat([vis, model.lm.transformer.wte(ids)], 1)).logits, labels).item()
 
 def patchify(x: torch.Tensor) -> torch.Tensor:
     "Images (B, 3, IMG, IMG) -> patches (B, GRID*GRID, 3*PATCH*PATCH) in ViT's row-major token order."
@@ -253,7 +320,7 @@ class MaskedImagePretrainer(nn.Module):
     decoder (initialised like the ViT's own layers, as the CSIA projector is)."""
     def __init__(self, vit: ViTModel, ratio: float = 0.6):
         super().__init__()
-        self.vit, self.ratio = vit, ratio
+        self.vit, self.ratio = vit, check_number(ratio, "ratio", lo=0, hi=1, lo_open=True, hi_open=True)
         self.decoder = _init_like_vit(nn.Linear(vit.config.hidden_size, 3 * PATCH * PATCH), vit)
 
     def forward(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
@@ -263,18 +330,26 @@ class MaskedImagePretrainer(nn.Module):
         return ((self.decoder(h) - patchify(x)) ** 2).mean(-1)[mask].mean()
 
 def pretrain_mim(model: MaskedImagePretrainer, data: list[dict], steps: int, lr: float = 2e-3, batch: int = 32,
-                 seed: int = 0) -> list[float]:
-    "Masked-image pretraining on the same pooled images as CSIA, same optimiser and schedule. Returns the losses."
+                 seed: int = 0, stopper: EarlyStopping | None = None) -> list[float]:
+    "Masked-image pretraining on the same pooled images as CSIA, same optimiser, schedule and early stopping. Returns the losses."
+    check_int(steps, "steps", lo=1); check_int(batch, "batch", lo=1); check_number(lr, "lr", lo=0)
     x = torch.cat([d["x"] for d in data])
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, foreach=True)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     losses = []
-    for idx in progress(_batches(len(x), batch, steps, gen), desc="MIM", total=steps, leave=False):
+    for t, idx in enumerate(progress(_batches(len(x), batch, steps, gen), desc="MIM", total=steps, leave=False)):
+        if stopper is not None and stopper(t): break
         loss = model(x[idx], gen)
         opt.zero_grad(); loss.backward(); opt.step(); sched.step()
         losses.append(loss.item())
+    if stopper is not None: stopper.finish(len(losses))
     return losses
+
+@torch.no_grad()
+def mim_val_loss(model: MaskedImagePretrainer, x: torch.Tensor, seed: int = 0) -> float:
+    "The masked-image loss on held-out images x, with one fixed draw of masks (`seed`)."
+    return model(x, torch.Generator().manual_seed(seed)).item()
 
 # %% ../nbs/11_babelrs.ipynb #a8bc6383
 class MultiHeadCenterNet(nn.Module):
@@ -401,10 +476,12 @@ def h_map(per_modality: dict[str, float]) -> float:
 
 # %% ../nbs/11_babelrs.ipynb #fdc62d04
 def finetune_detector(model: MultiHeadCenterNet, data: dict[str, dict], steps: int, lr: float, batch: int = 16,
-                      seed: int = 0) -> list[float]:
+                      seed: int = 0, stopper: EarlyStopping | None = None) -> list[float]:
     """Joint detection fine-tuning: every step draws `batch` scenes, each from a modality drawn at random (1:1:1),
     runs them through the shared backbone together and each through its modality's head, and takes an AdamW step
-    on the batch's CenterNet loss (no alignment term). Returns the gradient norm of every step."""
+    on the batch's CenterNet loss (no alignment term); cosine decay over `steps` (the cap); with a `stopper` the run may
+    end early and ends in its best validated state. Returns the gradient norm of every step taken."""
+    check_int(steps, "steps", lo=1); check_int(batch, "batch", lo=1); check_number(lr, "lr", lo=0)
     mods = list(data)
     x = torch.cat([data[m]["x"] for m in mods])                                      # every modality's scenes, stacked
     tg = [centernet_targets(data[m]["meta"]) for m in mods]
@@ -416,13 +493,15 @@ def finetune_detector(model: MultiHeadCenterNet, data: dict[str, dict], steps: i
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05, foreach=True)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     norms = []
-    for _ in progress(range(steps), desc="fine-tune", leave=False):
+    for t in progress(range(steps), desc="fine-tune", leave=False):
+        if stopper is not None and stopper(t): break
         which = torch.randint(len(mods), (batch,), generator=gen)                    # each scene's modality, 1:1:1
         rows = start[which] + (torch.rand(batch, generator=gen) * sizes[which]).long()   # a scene of that modality
         loss = centernet_loss(model(x[rows], [names[r] for r in rows.tolist()]), {k: v[rows] for k, v in tg.items()})
         opt.zero_grad(); loss.backward()
         norms.append(float(torch.nn.utils.get_total_norm([p.grad for p in model.parameters() if p.grad is not None])))
         opt.step(); sched.step()
+    if stopper is not None: stopper.finish(len(norms))
     return norms
 
 def evaluate_detector(model: MultiHeadCenterNet, data: dict[str, dict]) -> dict[str, float]:
@@ -435,8 +514,8 @@ def evaluate_detector(model: MultiHeadCenterNet, data: dict[str, dict]) -> dict[
 
 def count_grad_spikes(norms, window: int = 10, factor: float = 2.0) -> int:
     "Gradient-norm spikes: steps t >= window whose norm exceeds factor x the median of the previous `window` norms."
+    check_int(window, "window", lo=1); check_number(factor, "factor", lo=0, lo_open=True)
     n = np.asarray(norms, dtype=float)
-    if window < 1: raise ValueError(f"window must be >= 1, got {window!r}")
     return int(sum(n[t] > factor * np.median(n[t - window:t]) for t in range(window, len(n))))
 
 @torch.no_grad()
@@ -450,8 +529,26 @@ def object_features(vit: ViTModel, data: dict, layers: tuple[int, ...]) -> tuple
             labels.append(int(c))
     return torch.stack(feats), np.asarray(labels)
 
-def cross_modal_retrieval(query: torch.Tensor, q_labels, gallery: torch.Tensor, g_labels) -> float:
-    "Top-1 concept retrieval: the share of queries whose most cosine-similar gallery item has the same class."
+def nearest_items(query: torch.Tensor, gallery: torch.Tensor, centre: bool = False) -> np.ndarray:
+    """The index of each query's most cosine-similar gallery item; with `centre`, each set first minus its own mean
+    (per-sensor mean-centring: it removes the offset between the sensors' features, which makes a few items hubs)."""
+    if query.ndim != 2 or gallery.ndim != 2 or not len(query) or not len(gallery):
+        raise ValueError(f"query and gallery must be non-empty (n, d) features, got shapes {tuple(query.shape)} and {tuple(gallery.shape)}")
     if query.shape[1] != gallery.shape[1]: raise ValueError(f"query and gallery must have the same feature size, got {query.shape[1]} and {gallery.shape[1]}")
-    sim = F.normalize(query, dim=1) @ F.normalize(gallery, dim=1).T
-    return float((np.asarray(g_labels)[sim.argmax(1).numpy()] == np.asarray(q_labels)).mean())
+    if centre: query, gallery = query - query.mean(0), gallery - gallery.mean(0)
+    return (F.normalize(query, dim=1) @ F.normalize(gallery, dim=1).T).argmax(1).numpy()
+
+def cross_modal_retrieval(query: torch.Tensor, q_labels, gallery: torch.Tensor, g_labels, centre: bool = False) -> float:
+    "Top-1 concept retrieval: the share of queries whose most cosine-similar gallery item has the same class (`nearest_items`)."
+    return float((np.asarray(g_labels)[nearest_items(query, gallery, centre)] == np.asarray(q_labels)).mean())
+
+def hub_share(query: torch.Tensor, gallery: torch.Tensor, g_labels, centre: bool = False) -> float:
+    "The share of queries whose nearest gallery item lies in the one class that receives the most of them (1 = one class is a hub)."
+    hit = np.asarray(g_labels)[nearest_items(query, gallery, centre)]
+    return float(np.unique(hit, return_counts=True)[1].max() / len(hit))
+
+def chance_retrieval(q_labels, g_labels) -> float:
+    "Top-1 retrieval of a gallery item drawn at random: sum over classes of P(query in c) P(gallery item in c)."
+    q, g = np.asarray(q_labels), np.asarray(g_labels)
+    if not len(q) or not len(g): raise ValueError("q_labels and g_labels must be non-empty")
+    return float(sum(np.mean(q == c) * np.mean(g == c) for c in np.union1d(q, g)))
