@@ -695,7 +695,8 @@ def bracket_grids(grids: dict,  # arm -> {knob: ascending values}, widened in pl
         for knob, sets in ({} if pending else groups or {}).items():
             for group in sets:
                 size = max(len(grids[a][knob]) for a in group)
-                pending += [(a, knob, r) for a in group if len(grids[a][knob]) < size and (r := line(a, knob, force=True)) is not None]
+                pending += [(a, knob, r) for a in group if len(grids[a][knob]) < size and (a, knob) not in {p[:2] for p in pending}
+                            and (r := line(a, knob, force=True)) is not None]   # an arm in two groups gains one value a round
         if not pending: return {arm: scored(arm) for arm in grids}
         for arm, knob, r in pending: grids[arm][knob] = sorted(grids[arm][knob] + [r])
 
