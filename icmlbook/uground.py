@@ -3,16 +3,21 @@
 # %% ../nbs/12_uground.ipynb #99034d99
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 from transformers import GPT2Config, GPT2Model, SamConfig, SamModel
 
+from .claims import patience_spent
+from .core import check_int, check_number
+
 # %% auto #0
 __all__ = ['COLOURS', 'SHAPES', 'RELATIONS', 'KINDS', 'VOCAB', 'PAD', 'SEG', 'ARMS', 'make_grounding_dataset', 'unroll_tokens',
            'PolicyPromptedMasking', 'similarity_map', 'gaussian_kernel', 'gaussian_soft_mask', 'dice_loss', 'simi_loss',
-           'sam_config', 'UGroundLite', 'uground_loss', 'train', 'mask_metrics', 'evaluate']
+           'sam_config', 'UGroundLite', 'uground_loss', 'train', 'train_early_stopping', 'mask_metrics', 'evaluate']
 
 # %% ../nbs/12_uground.ipynb #cd870d3f
 COLOURS = {"red": (1., 0., 0.), "green": (0., 1., 0.), "blue": (0., 0., 1.), "yellow": (1., 1., 0.)}
@@ -115,8 +120,10 @@ class PolicyPromptedMasking(nn.Module):
     MODES = (1, 2, 3)  # 1: last layer for both; 2: sampled layer for the similarity map only; 3: for both
     def __init__(self, n_layers: int, dim: int, mode: int = 3, eval_legacy: bool = True):
         super().__init__()
+        n_layers, dim = check_int(n_layers, "n_layers", lo=1), check_int(dim, "dim", lo=1)
         if mode not in self.MODES: raise ValueError(f"mode must be one of {self.MODES}, got {mode!r}")
-        self.n_layers, self.mode, self.eval_legacy, self.baseline = n_layers, mode, eval_legacy, 0.0
+        self.n_layers, self.mode, self.eval_legacy = n_layers, mode, eval_legacy
+        self.register_buffer("baseline", torch.zeros((), dtype=torch.float64))  # the EMA baseline b: saved with the state_dict
         self.W = nn.Parameter(torch.ones(n_layers, dim))  # (L, D), initialised to ones as released
 
     def forward(self, seg: torch.Tensor,  # (N, L, D) unrolled <SEG> states
@@ -136,10 +143,10 @@ class PolicyPromptedMasking(nn.Module):
                     ema: float = 0.9,  # decay of the running-mean baseline
                     ) -> torch.Tensor:
         "REINFORCE loss -(r - b) mean log pi(l*), the EMA baseline b updated before use, Eq. (uground-eq-reinforce)."
-        if not 0 <= ema < 1: raise ValueError(f"ema must be in [0, 1), got {ema!r}")
+        ema = check_number(ema, "ema", lo=0, hi=1, hi_open=True)
         r = float(reward.detach().mean())
-        self.baseline = ema * self.baseline + (1 - ema) * r
-        return -(r - self.baseline) * log_prob.mean()
+        self.baseline.mul_(ema).add_((1 - ema) * r)  # b <- ema b + (1 - ema) r, before use
+        return -(r - float(self.baseline)) * log_prob.mean()
 
 # %% ../nbs/12_uground.ipynb #8f1150e3
 def similarity_map(seg: torch.Tensor,  # (N, D) <SEG> state at the chosen layer
@@ -207,6 +214,9 @@ class UGroundLite(nn.Module):
                  sam_dim: int = 32, sam_patch: int = 4):
         super().__init__()
         if arm not in ARMS: raise ValueError(f"arm must be one of {tuple(ARMS)}, got {arm!r}")
+        size, dim, n_layer, sam_dim = (check_int(v, k, lo=1) for v, k in ((size, "size"), (dim, "dim"), (n_layer, "n_layer"), (sam_dim, "sam_dim")))
+        for v, k in ((patch, "patch"), (sam_patch, "sam_patch")):
+            if check_int(v, k, lo=1) > size or size % v: raise ValueError(f"{k} must divide size ({size}), got {v!r}")
         self.arm, self.size, self.patch = arm, size, patch
         self.ssc, self.masp = ARMS[arm]
         self.n_img = (size // patch) ** 2
@@ -267,28 +277,61 @@ def uground_loss(model: UGroundLite, out: dict, mask: torch.Tensor, policy_weigh
     return terms
 
 # %% ../nbs/12_uground.ipynb #d64c2218
-def train(model: UGroundLite, data: dict, steps: int, lr: float, batch: int = 32, seed: int = 0) -> list[float]:
-    "AdamW on uground_loss over random mini-batches of `data`; returns the total loss per step."
-    if steps < 1 or batch < 1: raise ValueError(f"steps and batch must be positive, got {steps}, {batch}")
+def _train_steps(model: UGroundLite, data: dict, lr: float, batch: int, seed: int):
+    "AdamW (no weight decay) on uground_loss over seeded random mini-batches of `data`: yields the total loss of each step."
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
-    hist = []
-    for _ in range(steps):
+    while True:
         idx = torch.randint(len(data["kind"]), (batch,), generator=g)
         loss = uground_loss(model, model(data["image"][idx], data["query"][idx]), data["mask"][idx])["total"]
         opt.zero_grad()
         loss.backward()
         opt.step()
-        hist.append(float(loss.detach()))
-    return hist
+        yield float(loss.detach())
+
+def train(model: UGroundLite, data: dict, steps: int, lr: float, batch: int = 32, seed: int = 0) -> list[float]:
+    "AdamW on uground_loss over random mini-batches of `data`, Eq. (uground-eq-loss); returns the total loss per step."
+    steps, batch, seed = check_int(steps, "steps", lo=1), check_int(batch, "batch", lo=1), check_int(seed, "seed", lo=0)
+    it = _train_steps(model, data, check_number(lr, "lr", lo=0, lo_open=True), batch, seed)
+    return [next(it) for _ in range(steps)]
+
+def train_early_stopping(model: UGroundLite, data: dict, val: dict,  # training and validation scenes
+                         steps: int, lr: float, batch: int = 32, seed: int = 0,
+                         every: int = 10,  # validate at step 0 and every `every` steps
+                         patience: float | None = 0.3,  # stop once `patience_spent` (None: train all `steps`, the cap)
+                         warmup: int = 0,  # never stop before this step (training first passes through empty masks)
+                         ) -> dict:
+    """`train`'s steps (the same batches) with the validation cIoU in the legacy mode (the claims' quantity) at step 0 and every
+    `every` steps; from step `warmup` on, stops once no new best came for a fraction `patience` of the steps so far (and for two
+    validations), or at `steps`, and leaves the model in its best state (the earliest on ties). Returns {'loss', 'steps', 'val', 'best_step'}."""
+    steps, batch, every = check_int(steps, "steps", lo=1), check_int(batch, "batch", lo=1), check_int(every, "every", lo=1)
+    lr, seed = check_number(lr, "lr", lo=0, lo_open=True), check_int(seed, "seed", lo=0)
+    if patience is not None: patience = check_number(patience, "patience", lo=0, hi=1, lo_open=True)
+    warmup = check_int(warmup, "warmup", lo=0)
+    score = lambda: evaluate(model, val)["cIoU"]
+    out = {"loss": [], "steps": [0], "val": [score()]}
+    best = (out["val"][0], 0, copy.deepcopy(model.state_dict()))
+    it = _train_steps(model, data, lr, batch, seed)
+    for step in range(1, steps + 1):
+        out["loss"].append(next(it))
+        if step % every and step != steps: continue
+        out["steps"].append(step); out["val"].append(score())
+        if out["val"][-1] > best[0]: best = (out["val"][-1], step, copy.deepcopy(model.state_dict()))
+        if step >= warmup and patience_spent(step, best[1], every, patience): break
+    model.load_state_dict(best[2])
+    out["best_step"] = best[1]
+    return out
 
 def mask_metrics(pred: torch.Tensor,  # (N, H, W) bool predicted masks
                  gt: torch.Tensor,  # (N, H, W) bool ground-truth masks (empty for a false premise)
                  ) -> dict:
     "gIoU (mean per-sample IoU, an empty prediction of an empty target counting 1), cIoU (sum I / sum U), N-acc."
+    for name, m in (("pred", pred), ("gt", gt)):
+        if not isinstance(m, torch.Tensor) or m.dtype != torch.bool:
+            raise TypeError(f"{name} must be a bool tensor (threshold scores first), got {getattr(m, 'dtype', type(m).__name__)}")
     if pred.shape != gt.shape: raise ValueError(f"pred and gt must have the same shape, got {tuple(pred.shape)}, {tuple(gt.shape)}")
-    pred, gt = pred.flatten(1).bool(), gt.flatten(1).bool()
+    pred, gt = pred.flatten(1), gt.flatten(1)
     inter, union = (pred & gt).sum(1).float(), (pred | gt).sum(1).float()
     iou = torch.where(union > 0, inter / union.clamp_min(1), torch.ones_like(union))
     empty = ~gt.any(1)
@@ -297,17 +340,25 @@ def mask_metrics(pred: torch.Tensor,  # (N, H, W) bool predicted masks
 
 @torch.no_grad()
 def evaluate(model: UGroundLite, data: dict, legacy: bool = True, batch: int = 250) -> dict:
-    "Metrics of the decoder masks (overall, per query kind, share of empty masks), IoU of the raw similarity map at 0.5, mean policy."
+    """Metrics of the decoder masks (overall, per query kind, on the queries with a target, share of empty masks), IoU of the raw
+    similarity map at 0.5, mean policy; in the legacy mode (last layer) or with the policy's argmax layer. The caller's train
+    mode and eval_legacy are restored."""
+    batch = check_int(batch, "batch", lo=1)
+    was_training, was_legacy = model.training, model.ppm.eval_legacy
     model.eval()
     model.ppm.eval_legacy = legacy
-    outs = [model(data["image"][i:i + batch], data["query"][i:i + batch]) for i in range(0, len(data["kind"]), batch)]
-    model.ppm.eval_legacy = True
+    try:
+        outs = [model(data["image"][i:i + batch], data["query"][i:i + batch]) for i in range(0, len(data["kind"]), batch)]
+    finally:
+        model.train(was_training)
+        model.ppm.eval_legacy = was_legacy
     pred, sim = torch.cat([o["logits"] for o in outs]) > 0, torch.cat([o["sim"] for o in outs]) > 0.5
     gt, kind = data["mask"] > 0.5, data["kind"]
     res = mask_metrics(pred, gt)
     res["empty"] = float((~pred.flatten(1).any(1)).float().mean())  # share of queries answered with an empty mask
     res["kind"] = {k: mask_metrics(pred[kind == i], gt[kind == i]) for i, k in enumerate(KINDS) if (kind == i).any()}
     pos = gt.flatten(1).any(1)
+    res["true_cIoU"] = mask_metrics(pred[pos], gt[pos])["cIoU"]  # cIoU on the queries that have a target (true premises)
     res["sim_cIoU"] = mask_metrics(sim[pos], gt[pos])["cIoU"]
     res["policy"] = torch.softmax(torch.cat([o["layer_logits"] for o in outs]), -1).mean(0).numpy()
     res["layer"] = torch.bincount(torch.cat([o["sim_layer"] for o in outs]), minlength=model.ppm.n_layers).numpy()
