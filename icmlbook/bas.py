@@ -22,16 +22,16 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from .claims import next_rung
-from .core import num_threads, progress, seed_everything
+from .core import check_int, num_threads, progress, seed_everything
 
 # %% auto #0
 __all__ = ['FP8_MAX', 'STATE_DTYPES', 'BLOCK_SCALES', 'PEERS', 'OPTIMIZERS', 'PRETRAIN_SHARE', 'N_EVALS', 'LR_LADDER',
            'block_layout', 'to_blocks', 'from_blocks', 'block_mean', 'quantize_fp8', 'dequantize_fp8',
-           'fp8_e4m3_to_float', 'BAS', 'bas_fp8_update', 'compiled_update', 'state_bytes', 'quiet_peer_steps',
-           'no_kernel_hub', 'peer_optimizer', 'peers_available', 'Signum', 'pack_signs', 'unpack_signs',
-           'DistributedBAS', 'vote_bytes', 'wire_bytes', 'vote_demo_model', 'vote_demo_batch', 'majority_vote_worker',
-           'torchrun_demo', 'char_corpus', 'tiny_gpt2', 'make_optimizer', 'wsd_factor', 'window_loss', 'train_lm',
-           'encoded_corpus', 'lr_rung', 'step_timer', 'l1_ratio', 'lm_task', 'run_tasks']
+           'fp8_e4m3_to_float', 'BAS', 'bas_multi_tensor_step', 'state_bytes', 'quiet_peer_steps', 'no_kernel_hub',
+           'peer_optimizer', 'peers_available', 'Signum', 'pack_signs', 'unpack_signs', 'DistributedBAS', 'vote_bytes',
+           'wire_bytes', 'vote_demo_model', 'vote_demo_batch', 'majority_vote_worker', 'torchrun_demo', 'char_corpus',
+           'tiny_gpt2', 'make_optimizer', 'wsd_factor', 'window_loss', 'train_lm', 'encoded_corpus', 'lr_rung',
+           'step_timer', 'l1_ratio', 'lm_task', 'run_tasks']
 
 # %% ../nbs/04_bas.ipynb #39ee1e73
 FP8_MAX = 448.0  # largest finite value of torch.float8_e4m3fn
@@ -121,10 +121,8 @@ def fp8_e4m3_to_float(q: Tensor,  # float8_e4m3fn, any shape
     return out.mul_(256.0)
 
 def _restore_nan(h: Tensor) -> None:
-    "In a decoded q / 256, the only values beyond +-1.75 (448 / 256) are the NaN codes' +-1.875: make them NaN."
-    if h.numel():
-        lo, hi = torch.aminmax(h)
-        if lo < -1.8 or hi > 1.8: h.masked_fill_(h.abs() > 1.8, float("nan"))
+    "In a decoded q / 256, the only values beyond +-1.75 (448 / 256) are the NaN codes' +-1.875: make them NaN (no host sync)."
+    h.masked_fill_(h.abs() > 1.8, float("nan"))
 
 # %% ../nbs/04_bas.ipynb #c3b65028
 def _check_hyper(group: dict, where: str = "") -> None:
@@ -152,6 +150,10 @@ def _check_hyper(group: dict, where: str = "") -> None:
     n = group["min_8bit_size"]
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"min_8bit_size{where} must be an int >= 0, got {n!r}")
+    for name in ("foreach", "fused"):
+        if group[name] is not None and not isinstance(group[name], bool):
+            raise TypeError(f"{name}{where} must be None or a bool, got {group[name]!r}")
+    if group["foreach"] and group["fused"]: raise ValueError(f"foreach and fused{where} cannot both be True")
 
 class BAS(torch.optim.Optimizer):
     "Block Adaptive Signum, Algorithm (bas-alg): theta <- theta(1 - lr*wd) - lr * alpha_B * sign(m_t), Eqs. (bas-eq-m)-(bas-eq-update)."
@@ -165,18 +167,19 @@ class BAS(torch.optim.Optimizer):
                  state_dtype: torch.dtype = torch.float8_e4m3fn,  # first-moment storage dtype
                  min_8bit_size: int = 4096,  # tensors with fewer entries keep an fp32 first moment (biases, norms), as bitsandbytes
                  maximize: bool = False,  # maximise the objective instead of minimising it
-                 compile: bool = False,  # run the per-tensor update through torch.compile (see "Performance"); off by default
-                 max_chunk: int = 1 << 20,  # entries per work chunk: the scratch buffers hold at most 10 bytes x this
+                 foreach: bool | None = None,  # True: all tensors of a group in one call of `bas_multi_tensor_step`, run eagerly
+                 fused: bool | None = None,  # True: that call compiled by torch.compile (one graph per group); see "Performance"
+                 max_chunk: int = 1 << 20,  # entries per work chunk of the default step: its scratch buffers hold at most 10 bytes x this
                  ):
         if isinstance(max_chunk, bool) or not isinstance(max_chunk, int) or max_chunk < 1:
             raise ValueError(f"max_chunk must be an int >= 1, got {max_chunk!r}")
         defaults = dict(lr=lr, betas=tuple(betas) if isinstance(betas, (tuple, list)) else betas, eps=eps,
                         weight_decay=weight_decay, block=block, scale=scale, state_dtype=state_dtype,
-                        min_8bit_size=min_8bit_size, maximize=maximize)
+                        min_8bit_size=min_8bit_size, maximize=maximize, foreach=foreach, fused=fused)
         _check_hyper(defaults)
-        self.compile = bool(compile)  # execution switches, not hyper-parameters: not in the state_dict
-        self.max_chunk = max_chunk
+        self.max_chunk = max_chunk  # an execution switch, not a hyper-parameter: not in the state_dict
         self._scratch: dict = {}  # reusable work buffers (not optimizer state): device -> 3 flat tensors
+        self._compiled: dict = {}  # group index -> its compiled `bas_multi_tensor_step` (fused=True)
         super().__init__(params, defaults)  # calls add_param_group, which checks every group
 
     def add_param_group(self, param_group: dict) -> None:
@@ -202,7 +205,9 @@ class BAS(torch.optim.Optimizer):
     def _init_state(self, p: Tensor, group: dict) -> dict:
         nb, length = block_layout(tuple(p.shape), group["block"])
         state, dtype = self.state[p], self._moment_dtype(p, group)
-        state["step"] = torch.tensor(0.0)
+        # the step counter: on the CPU for the default step (read as a Python int), on the parameter's device for the
+        # multi-tensor step, which reads it only as a tensor (as torch's fused AdamW)
+        state["step"] = torch.zeros((), device=p.device) if group["foreach"] or group["fused"] else torch.tensor(0.0)
         state["exp_avg"] = torch.zeros(nb, length, dtype=dtype, device=p.device)
         if dtype == torch.float8_e4m3fn:
             state["exp_avg_scale"] = torch.ones(nb, device=p.device)
@@ -239,16 +244,16 @@ class BAS(torch.optim.Optimizer):
         return int(state["step"].item())
 
     @torch.no_grad()
-    def _moments(self, p: Tensor, group: dict, t: int, b0: int, b1: int) -> tuple[Tensor, Tensor, Tensor]:
+    def _moments(self, p: Tensor, group: dict, t: int, b0: int, b1: int, grad: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """Advance m (Eq. bas-eq-m), v_B (Eq. bas-eq-v) and the stored FP8 code of blocks [b0, b1) of `p` at step t.
         Returns m_t (b1 - b0, block_len) fp32, alpha_B (b1 - b0, 1) and a free work buffer of m_t's shape;
-        m_t and the buffer are reused by the next call."""
+        m_t and the buffer are reused by the next call. `grad` (default p.grad) is the gradient to use."""
         state = self.state[p]
         beta1, beta2 = group["betas"]
         length = block_layout(tuple(p.shape), group["block"])[1]
         k, lo = b1 - b0, b0 * length
         real = min(b1 * length, p.numel()) - lo  # entries that are not padding
-        seg = p.grad.reshape(-1)[lo:lo + real]  # only this chunk's entries: a view for a contiguous gradient
+        seg = (p.grad if grad is None else grad).reshape(-1)[lo:lo + real]  # only this chunk's entries: a view for a contiguous gradient
         gb = (torch.nn.functional.pad(seg, (0, k * length - real)) if real < k * length else seg).view(k, length).float()
         if group["maximize"]: gb = -gb  # (k, block_len)
         m, work, bits = self._buffers(k, length, p.device)
@@ -302,37 +307,44 @@ class BAS(torch.optim.Optimizer):
             if wd: p.mul_(1 - lr * wd)
             p.add_(from_blocks(step, tuple(p.shape)).to(p.dtype), alpha=-lr)
 
-    def _compilable(self, p: Tensor, group: dict) -> bool:
-        "The compiled update covers the default case: l1 scale, FP8 state, fp32 contiguous parameter, blocks without padding."
-        nb, length = block_layout(tuple(p.shape), group["block"])
-        return (group["scale"] == "l1" and self._moment_dtype(p, group) == torch.float8_e4m3fn and p.dtype == torch.float32
-                and p.is_contiguous() and p.grad.is_contiguous() and not p.grad.is_sparse and nb * length == p.numel())
+    def _init_group(self, group: dict, params: list, grads: list, exp_avgs: list, scales: list, sqs: list, steps: list) -> bool:
+        """Collect the tensors of `group` that have a gradient (creating their state on first use) into the lists. Named as in
+        torch's optimizers: under torch.compile, Dynamo runs it eagerly instead of tracing it. Returns False (no complex tensors)."""
+        for p in group["params"]:
+            if p.grad is None or p.numel() == 0: continue
+            if p.grad.is_sparse:
+                raise TypeError("BAS does not support sparse gradients; use dense gradients (e.g. nn.Embedding(sparse=False))")
+            st = self.state[p] if self.state[p] else self._init_state(p, group)
+            params.append(p); grads.append(p.grad); exp_avgs.append(st["exp_avg"]); scales.append(st.get("exp_avg_scale"))
+            sqs.append(st["exp_avg_sq"]); steps.append(st["step"])
+        return False
 
-    @torch.no_grad()
-    def _compiled_step(self, p: Tensor, group: dict) -> None:
-        "One update of `p` by the torch.compile'd `bas_fp8_update` (one compiled function per block layout)."
-        t = self._advance(p, group)
-        state = self.state[p]
-        nb, length = block_layout(tuple(p.shape), group["block"])
-        beta1, beta2 = group["betas"]
-        grad = -p.grad if group["maximize"] else p.grad
-        # 0-d float64 tensors: new values do not recompile, and the coefficients are formed in double and rounded
-        # once to fp32, as the eager kernels round their Python-float scalars (so the two steps agree to rounding)
-        c = lambda x: torch.tensor(float(x), dtype=torch.float64, device=p.device)
-        compiled_update((nb, length))(p.view(nb, length), grad.view(nb, length), state["exp_avg"], state["exp_avg_scale"],
-            state["exp_avg_sq"], c(group["lr"]), c(group["weight_decay"]), c(beta1), c(beta2), c(group["eps"]),
-            c(1 - beta1 ** t), c(1 - beta2 ** t))
+    def _multi_tensor(self, i: int) -> Callable:
+        "`bas_multi_tensor_step` as group i runs it: compiled (fused=True, once per group: its own code object, so its own cache) or eager."
+        if not self.param_groups[i]["fused"] or torch.compiler.is_compiling(): return bas_multi_tensor_step
+        if i not in self._compiled:
+            fn = types.FunctionType(bas_multi_tensor_step.__code__.replace(), bas_multi_tensor_step.__globals__, f"bas_step_group{i}")
+            self._compiled[i] = torch.compile(fn, fullgraph=True, dynamic=False)
+        return self._compiled[i]
 
     @torch.no_grad()
     def step(self, closure: Callable[[], float] | None = None):
-        "One BAS step for every parameter with a gradient (empty tensors are skipped); returns closure() when given."
+        """One BAS step for every parameter with a gradient (empty tensors are skipped); returns closure() when given.
+        Default: per tensor, in chunks, in place (the fast eager step on a CPU). foreach / fused, or inside torch.compile: the
+        multi-tensor `bas_multi_tensor_step`, which has no host sync and no graph break."""
         loss = None
         if closure is not None:
             with torch.enable_grad(): loss = closure()
-        for group in self.param_groups:
-            for p in group["params"]:
-                if p.grad is None or p.numel() == 0: continue
-                if self.compile and self._compilable(p, group): self._compiled_step(p, group); continue
+        for i, group in enumerate(self.param_groups):
+            params, grads, exp_avgs, scales, sqs, steps = [], [], [], [], [], []
+            self._init_group(group, params, grads, exp_avgs, scales, sqs, steps)
+            if group["foreach"] or group["fused"] or torch.compiler.is_compiling():
+                beta1, beta2 = group["betas"]
+                self._multi_tensor(i)(params, grads, exp_avgs, scales, sqs, steps, lr=group["lr"], beta1=beta1, beta2=beta2,
+                                      eps=group["eps"], weight_decay=group["weight_decay"], block=group["block"],
+                                      scale=group["scale"], maximize=group["maximize"])
+                continue
+            for p in params:
                 t = self._advance(p, group)
                 for b0, b1 in self._chunks(p, group):
                     m, alpha, work = self._moments(p, group, t, b0, b1)
@@ -369,36 +381,50 @@ class BAS(torch.optim.Optimizer):
                 st["exp_avg"] = m.to(p.device).clone()
 
 # %% ../nbs/04_bas.ipynb #be4636a4
-def bas_fp8_update(p: Tensor,  # (n_blocks, block_len) fp32 parameter view, updated in place
-                   g: Tensor,  # (n_blocks, block_len) gradient
-                   q: Tensor,  # (n_blocks, block_len) float8_e4m3fn first-moment code, updated in place
-                   scale: Tensor,  # (n_blocks,) fp32 s_B, updated in place
-                   v: Tensor,  # (n_blocks,) fp32 v_B, updated in place
-                   lr: Tensor, wd: Tensor, beta1: Tensor, beta2: Tensor, eps: Tensor,  # 0-d float64 (fp32 works, less exactly)
-                   bc1: Tensor, bc2: Tensor,  # 0-d float64: 1 - beta1^t and 1 - beta2^t
-                   ) -> None:
-    """One BAS-FP8 update of one tensor, Eqs. (bas-eq-m)-(bas-eq-fp8), as a pure tensor function for torch.compile.
-    The coefficients (1 - beta1, 1 - lr wd, ...) are formed from the float64 scalars and rounded once to fp32, as the
-    eager step's Python floats are: with fp32 scalars 1 - beta2 alone would be off by 5e-5 relative."""
-    f = lambda x: x.to(torch.float32)  # a coefficient, rounded once
-    m = torch.lerp(q.float() * scale[:, None], g, f(1 - beta1))  # Eq. (bas-eq-m), lerp as in the eager step
-    v_new = v * f(beta2) + f(1 - beta2) * (g * g).mean(dim=1)  # Eq. (bas-eq-v)
-    m_abs = m.abs()
-    num = m_abs.mean(dim=1, keepdim=True) / f(bc1)
-    den = (v_new[:, None] / f(bc2)).sqrt() + f(eps)
-    alpha = torch.where(den == 0, torch.zeros_like(num), num / den)  # Eq. (bas-eq-alpha)
-    amax = m_abs.amax(dim=1)
-    s_new = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))  # Eq. (bas-eq-fp8)
-    q.copy_((m / s_new[:, None]).to(torch.float8_e4m3fn))
-    scale.copy_(s_new); v.copy_(v_new)
-    p.copy_(p * f(1 - lr * wd) - f(lr) * (torch.sign(m) * alpha))  # Eq. (bas-eq-update)
+def bas_multi_tensor_step(params: list[Tensor],  # the parameters of one group, any shapes, updated in place
+                          grads: list[Tensor],  # their gradients, same shapes
+                          exp_avgs: list[Tensor],  # (n_blocks, block_len) first moments (FP8 codes, bf16 or fp32), updated in place
+                          exp_avg_scales: list[Tensor | None],  # (n_blocks,) fp32 s_B of an FP8 moment, else None; updated in place
+                          exp_avg_sqs: list[Tensor],  # (n_blocks,) fp32 v_B, updated in place
+                          steps: list[Tensor],  # 0-d step counters, incremented in place
+                          *, lr: float | Tensor, beta1: float, beta2: float, eps: float, weight_decay: float,  # a group's settings
+                          block: str | int, scale: str, maximize: bool) -> None:
+    """One BAS step of a list of tensors, Eqs. (bas-eq-m)-(bas-eq-fp8), as plain tensor code: no `.item()`, no host sync and no
+    branch on a tensor's value, so `torch.compile(..., fullgraph=True)` traces all tensors of a group into one graph. The bias
+    corrections 1 - beta^t are formed in float64 from the step tensor and rounded once to fp32, as the eager step's Python
+    floats are; the parameters then equal the eager step's (tested)."""
+    for p, g, m_state, s_state, v, step in zip(params, grads, exp_avgs, exp_avg_scales, exp_avg_sqs, steps):
+        step.add_(1)
+        t = step.to(torch.float64)
+        bc1, bc2 = 1 - beta1 ** t, 1 - beta2 ** t  # 0-d float64
+        nb, length = m_state.shape
+        numel = p.numel()
+        gb = to_blocks(g.float(), block)  # (nb, L), zero-padded
+        if maximize: gb = -gb
+        prev = m_state.float() * s_state[:, None] if s_state is not None else m_state.float()  # NaN codes decode to NaN
+        m = torch.lerp(prev, gb, 1 - beta1)  # Eq. (bas-eq-m)
+        if nb * length == numel: counts = float(length)
+        else:  # the last block is padded: count its real entries only
+            counts = torch.full((nb, 1), float(length), device=p.device)
+            counts[-1] = numel - (nb - 1) * length
+        v.mul_(beta2).add_(((gb * gb).sum(1, keepdim=True) / counts).view(-1), alpha=1 - beta2)  # Eq. (bas-eq-v)
+        m_abs = m.abs()
+        if scale == "none":
+            alpha = torch.ones(nb, 1, device=p.device)
+        else:  # Eq. (bas-eq-alpha)
+            num = (m_abs.sum(1, keepdim=True) / counts if scale == "l1" else (m * m).sum(1, keepdim=True).div(counts).sqrt()) / bc1.float()
+            den = (v.view(-1, 1) / bc2.float()).sqrt() + eps
+            alpha = torch.where(den == 0, torch.zeros_like(num), num / den)
+        if s_state is not None:  # Eq. (bas-eq-fp8)
+            amax = m_abs.amax(dim=1)
+            s_new = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+            m_state.copy_(m / s_new[:, None]); s_state.copy_(s_new)
+        else:
+            m_state.copy_(m)
+        upd = from_blocks(torch.sign(m) * alpha, tuple(p.shape))
+        p.copy_(p.float().mul(1 - lr * weight_decay).add(upd, alpha=-lr) if not isinstance(lr, Tensor)
+                else p.float().mul(1 - lr * weight_decay).sub(lr * upd))  # Eq. (bas-eq-update)
 
-@functools.cache
-def compiled_update(layout: tuple[int, int],  # (n_blocks, block_len)
-                    ) -> Callable:
-    "`bas_fp8_update` compiled for one block layout; each layout gets its own copy of the code, so its own compile cache."
-    fn = types.FunctionType(bas_fp8_update.__code__.replace(), dict(bas_fp8_update.__globals__), f"bas_fp8_update_{layout[0]}x{layout[1]}")
-    return torch.compile(fn, dynamic=False, fullgraph=True)
 
 # %% ../nbs/04_bas.ipynb #6ce6176f
 def _plain_tensors(x) -> Iterable[Tensor]:
@@ -526,11 +552,55 @@ class DistributedBAS(BAS):
     def __init__(self, params: Iterable, *args,
                  process_group=None,  # torch.distributed group (default: the world); world size 1 gives BAS
                  vote: str = "all_gather",  # "all_gather": 1-bit packed signs; "all_reduce": int8 sign sums (flat in K, K < 128)
+                 vote_chunk: int = 1 << 20,  # entries per int8 all-reduce of `comm_hook`: its vote buffer holds 1 byte x this
                  **kwargs):
         if vote not in self.VOTES: raise ValueError(f"vote must be one of {self.VOTES}, got {vote!r}")
+        vote_chunk = check_int(vote_chunk, "vote_chunk", lo=1)
         super().__init__(params, *args, **kwargs)
-        self.process_group, self.vote = process_group, vote
-        self.bytes_sent = 0  # payload this worker sent in the last step: packed signs + block scalars
+        self.process_group, self.vote, self.vote_chunk = process_group, vote, vote_chunk
+        self.bytes_sent = 0  # payload this worker sent in the last step: packed signs (or int8 votes) + block scalars
+        self.vote_buffer_bytes = 0  # comm_hook: the largest int8 vote buffer it held, in bytes
+        self._voted, self._hook_bytes = set(), 0  # comm_hook: parameters whose .grad holds the voted step; bytes sent so far
+
+    @torch.no_grad()
+    def comm_hook(self, bucket):  # -> torch.futures.Future[Tensor]: DDP rejects the string annotation this module's `from __future__ import annotations` would make
+        """DDP communication hook, Eq. (bas-eq-vote) in place of DDP's fp32 all-reduce: `ddp.register_comm_hook(opt, DistributedBAS.comm_hook)`.
+        For each parameter of the bucket it advances the local moments with the local gradient and writes this worker's vote
+        (+-1, +0 votes +1) over the gradient; the votes are summed by int8 all-reduces of at most `vote_chunk` entries and the
+        block scales alpha_B averaged by one fp32 all-reduce. The bucket returns holding mean alpha_B x sign(sum of votes), which
+        DDP puts in .grad and `step()` applies as Eq. (bas-eq-update). Extra memory: the chunked vote buffers and the scratch
+        buffers of the eager step, both bounded by a chunk, not by the model."""
+        groups = {p: g for g in self.param_groups for p in g["params"]}
+        K, buf, alphas = self.world_size(), bucket.buffer(), []
+        if K >= 128: raise ValueError(f"comm_hook sums int8 votes and needs fewer than 128 workers, got {K}")
+        pairs = list(zip(bucket.parameters(), bucket.gradients()))
+        for p, g in pairs:  # local moments; the vote overwrites the gradient, which is not needed after
+            group = groups[p]
+            state = self.state[p] if self.state[p] else self._init_state(p, group)
+            state["step"] += 1
+            length, t = block_layout(tuple(p.shape), group["block"])[1], int(state["step"].item())
+            for b0, b1 in self._chunks(p, group):
+                m, alpha, _ = self._moments(p, group, t, b0, b1, grad=g)
+                lo = b0 * length; real = min(b1 * length, p.numel()) - lo
+                g.view(-1)[lo:lo + real].copy_(torch.where(torch.signbit(m), -1.0, 1.0).view(-1)[:real])
+                alphas.append(alpha.view(-1))
+        for c0 in range(0, buf.numel(), self.vote_chunk):  # Eq. (bas-eq-vote): sum of votes, vote_chunk int8 entries at a time
+            votes8 = buf[c0:c0 + self.vote_chunk].to(torch.int8)
+            dist.all_reduce(votes8, op=dist.ReduceOp.SUM, group=self.process_group)
+            buf[c0:c0 + votes8.numel()].copy_(votes8.sign_())
+            self._hook_bytes += votes8.numel(); self.vote_buffer_bytes = max(self.vote_buffer_bytes, votes8.numel())
+        alphas = torch.cat(alphas)
+        dist.all_reduce(alphas, op=dist.ReduceOp.SUM, group=self.process_group)
+        self._hook_bytes += alphas.numel() * alphas.element_size()
+        alphas /= K
+        j = 0
+        for p, g in pairs:  # .grad = mean alpha_B x vote, block by block
+            gb = to_blocks(g, groups[p]["block"]); nb = gb.shape[0]
+            gb.mul_(alphas[j:j + nb, None]); j += nb
+            if gb.data_ptr() != g.data_ptr(): g.copy_(from_blocks(gb, tuple(g.shape)))  # padded blocks: to_blocks made a copy
+            self._voted.add(p)
+        fut = torch.futures.Future(); fut.set_result(buf)
+        return fut
 
     def world_size(self) -> int:
         "Number of workers in the group (1 when torch.distributed is not initialised)."
@@ -543,6 +613,11 @@ class DistributedBAS(BAS):
         if closure is not None:
             with torch.enable_grad(): loss = closure()
         work = [(p, g) for g in self.param_groups for p in g["params"] if p.grad is not None and p.numel()]
+        if self._voted:  # comm_hook ran: each .grad holds mean alpha_B x vote, Eq. (bas-eq-vote)
+            for p, g in work:
+                self._apply(p, g, to_blocks(p.grad, g["block"]).clone(), torch.ones(1, device=p.device))
+            self.bytes_sent, self._hook_bytes, self._voted = self._hook_bytes, 0, set()
+            return loss
         local = [self._block_update(p, g) for p, g in work]  # [(sign (nb, L), alpha (nb, 1))]
         K = self.world_size()
         if K == 1:
@@ -616,6 +691,7 @@ def majority_vote_worker(rank: int,  # this process's rank
                          steps: int = 10,  # training steps
                          out: str | None = None,  # rank 0 saves final parameters and bytes sent here
                          bas_kwargs: dict | None = None,  # keyword arguments of DistributedBAS
+                         ddp: bool = False,  # wrap the model in DistributedDataParallel with the vote as its comm hook
                          ) -> None:
     "Entry point of one data-parallel worker: train `vote_demo_model` with DistributedBAS for `steps` steps."
     backend = "nccl" if torch.cuda.is_available() else "gloo"
@@ -623,13 +699,17 @@ def majority_vote_worker(rank: int,  # this process's rank
     try:
         model = vote_demo_model()
         opt = DistributedBAS(model.parameters(), **(bas_kwargs or {}))
+        if ddp:
+            model = nn.parallel.DistributedDataParallel(model)
+            model.register_comm_hook(opt, DistributedBAS.comm_hook)
         for t in range(steps):
             x, y = vote_demo_batch(rank, t)
             opt.zero_grad()
             nn.functional.mse_loss(model(x), y).backward()
             opt.step()
         if rank == 0 and out is not None:
-            torch.save({"params": [p.detach() for p in model.parameters()], "bytes_sent": opt.bytes_sent}, out)
+            torch.save({"params": [p.detach() for p in model.parameters()], "bytes_sent": opt.bytes_sent,
+                        "vote_buffer_bytes": opt.vote_buffer_bytes}, out)
         dist.barrier()
     finally:
         dist.destroy_process_group()
