@@ -65,7 +65,7 @@ def test_chapter_exports_its_module_and_records_claims(nb):
 
 @pytest.mark.parametrize("nb", sorted((ROOT / "nbs").glob("*.ipynb")), ids=lambda p: p.name)
 def test_cell_ids_are_unique(nb):
-    "nbformat 4.5 requires unique cell ids; Jupyter Book and Colab keep the first of a duplicated id and drop links to the second."
+    "nbformat 4.5 requires unique cell ids: its validator reports a duplicate (\"Non-unique cell id\") and, when asked to repair, renames it."
     ids = [c.get("id") for c in cells(nb)]
     dup = sorted({i for i in ids if ids.count(i) > 1})
     assert not dup, f"{nb.name}: duplicate cell ids {dup}"
