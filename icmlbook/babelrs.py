@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from pycocotools.coco import COCO
 from pycocotools.cocoeval import COCOeval
 from torch import nn
-from transformers import GPT2Config, GPT2LMHeadModel, ViTConfig, ViTModel
+from transformers import GPT2Config, GPT2LMHeadModel, ViTConfig, ViTForMaskedImageModeling, ViTModel
 
 from .claims import patience_spent
 from .core import check_int, check_number, progress
@@ -179,9 +179,11 @@ def lvsa_fuse(hidden_states: tuple[torch.Tensor, ...],  # ViT outputs: embedding
 
 # %% ../nbs/11_babelrs.ipynb #f1b8784c
 def make_vit(d: int = 32, depth: int = 4, heads: int = 2) -> ViTModel:
-    "A small ViT (transformers ViTModel from a config) for IMG x IMG images in PATCH x PATCH patches, with a mask token for MIM."
+    """A small ViT (transformers ViTModel from a config) for IMG x IMG images in PATCH x PATCH patches, with a mask token and
+    SimMIM's decoder stride (`encoder_stride` = PATCH) for masked-image modelling."""
     cfg = ViTConfig(image_size=IMG, patch_size=PATCH, num_channels=3, hidden_size=d, num_hidden_layers=depth,
-                    num_attention_heads=heads, intermediate_size=2 * d, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+                    num_attention_heads=heads, intermediate_size=2 * d, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                    encoder_stride=PATCH)
     return ViTModel(cfg, add_pooling_layer=False, use_mask_token=True)
 
 GRID = IMG // PATCH  # tokens per side
@@ -316,26 +318,32 @@ def patchify(x: torch.Tensor) -> torch.Tensor:
     return F.unfold(x, PATCH, stride=PATCH).transpose(1, 2)
 
 class MaskedImagePretrainer(nn.Module):
-    """MAE-style baseline: mask patches (ViT mask token), predict their pixels from the final layer with a linear
-    decoder (initialised like the ViT's own layers, as the CSIA projector is)."""
+    """The masked-image baseline, SimMIM by transformers' `ViTForMaskedImageModeling` around the shared `vit` (its own ViT is
+    replaced by `vit`, so pretraining trains the backbone the detector gets): a `ratio` share of the patches is replaced by the
+    mask token, a 1x1 convolution and a pixel shuffle (stride PATCH) predict the pixels, and the loss is the L1 error on the
+    masked pixels."""
     def __init__(self, vit: ViTModel, ratio: float = 0.6):
         super().__init__()
-        self.vit, self.ratio = vit, check_number(ratio, "ratio", lo=0, hi=1, lo_open=True, hi_open=True)
-        self.decoder = _init_like_vit(nn.Linear(vit.config.hidden_size, 3 * PATCH * PATCH), vit)
+        self.ratio = check_number(ratio, "ratio", lo=0, hi=1, lo_open=True, hi_open=True)
+        self.simmim = ViTForMaskedImageModeling(vit.config)
+        self.simmim.vit = vit                                                       # the shared backbone, not a copy
+
+    vit = property(lambda self: self.simmim.vit)
+    decoder = property(lambda self: self.simmim.decoder)
 
     def forward(self, x: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
-        "Mean squared pixel error on the masked patches of x (B, 3, IMG, IMG)."
-        mask = torch.rand(x.shape[0], GRID * GRID, generator=gen) < self.ratio       # (B, N) True = masked
-        h = self.vit(pixel_values=x, bool_masked_pos=mask).last_hidden_state[:, 1:]   # (B, N, d)
-        return ((self.decoder(h) - patchify(x)) ** 2).mean(-1)[mask].mean()
+        "SimMIM's loss of x (B, 3, IMG, IMG): mean absolute pixel error on the masked patches, masks drawn from `gen`."
+        mask = torch.rand(x.shape[0], GRID * GRID, generator=gen) < self.ratio       # (B, N) True = masked (bool_masked_pos)
+        return self.simmim(pixel_values=x, bool_masked_pos=mask).loss
 
 def pretrain_mim(model: MaskedImagePretrainer, data: list[dict], steps: int, lr: float = 2e-3, batch: int = 32,
                  seed: int = 0, stopper: EarlyStopping | None = None) -> list[float]:
-    "Masked-image pretraining on the same pooled images as CSIA, same optimiser, schedule and early stopping. Returns the losses."
+    """Masked-image pretraining on the same pooled images as CSIA: AdamW with SimMIM's weight decay 0.05, cosine decay over
+    `steps` (the cap) and the same early stopping. Returns the losses."""
     check_int(steps, "steps", lo=1); check_int(batch, "batch", lo=1); check_number(lr, "lr", lo=0)
     x = torch.cat([d["x"] for d in data])
     gen = torch.Generator().manual_seed(seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01, foreach=True)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05, foreach=True)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
     losses = []
     for t, idx in enumerate(progress(_batches(len(x), batch, steps, gen), desc="MIM", total=steps, leave=False)):
