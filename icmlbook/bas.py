@@ -25,13 +25,13 @@ from .claims import next_rung
 from .core import check_int, num_threads, progress, seed_everything
 
 # %% auto #0
-__all__ = ['FP8_MAX', 'STATE_DTYPES', 'BLOCK_SCALES', 'PEERS', 'OPTIMIZERS', 'PRETRAIN_SHARE', 'N_EVALS', 'LR_LADDER',
+__all__ = ['FP8_MAX', 'STATE_DTYPES', 'BLOCK_SCALES', 'PEERS', 'OPTIMIZERS', 'PRETRAIN_SHARE', 'N_EVALS', 'LR_LADDER', 'LR_FINE',
            'block_layout', 'to_blocks', 'from_blocks', 'block_mean', 'quantize_fp8', 'dequantize_fp8',
            'fp8_e4m3_to_float', 'BAS', 'bas_multi_tensor_step', 'state_bytes', 'quiet_peer_steps', 'no_kernel_hub',
            'peer_optimizer', 'peers_available', 'Signum', 'pack_signs', 'unpack_signs', 'DistributedBAS', 'vote_bytes',
            'wire_bytes', 'vote_demo_model', 'vote_demo_batch', 'majority_vote_worker', 'torchrun_demo', 'char_corpus',
-           'tiny_gpt2', 'make_optimizer', 'wsd_factor', 'window_loss', 'train_lm', 'encoded_corpus', 'lr_rung',
-           'step_timer', 'l1_ratio', 'lm_task', 'run_tasks']
+           'tiny_gpt2', 'make_optimizer', 'wsd_factor', 'window_loss', 'train_lm', 'encoded_corpus', 'sqrt2_midpoints',
+           'lr_rung', 'step_timer', 'l1_ratio', 'lm_task', 'run_tasks']
 
 # %% ../nbs/04_bas.ipynb #39ee1e73
 FP8_MAX = 448.0  # largest finite value of torch.float8_e4m3fn
@@ -902,6 +902,22 @@ def encoded_corpus(context: int = 32, n_val: int = 128) -> dict[str, Tensor]:
 N_EVALS = 10  # validation points per run after step 0, along its longest schedule (the evaluations do not change training)
 
 LR_LADDER = tuple(round(1e-2 * 2.0 ** k, 12) for k in range(-10, 4))  # the learning rates a grid may take: 9.8e-6 ... 0.08, a 2x ladder
+LR_FINE = tuple(round(1e-2 * 2.0 ** (k / 2), 12) for k in range(-20, 7))  # the sqrt(2) ladder: LR_LADDER and the midpoints between its rungs
+
+def sqrt2_midpoints(grid: list,  # learning rates tried so far, ascending, each on `ladder`
+                    scores: list,  # their validation losses (lower is better; nan is the worst), in grid order
+                    ladder: tuple = LR_FINE,  # the fine ladder
+                    ) -> list[float]:
+    """The rungs of `ladder` halfway (geometrically) between the grid's best and each grid neighbour two rungs away: the sqrt(2)
+    refinement of a grid that a 2x widening has bracketed; neighbours already one rung away, and missing neighbours, add nothing."""
+    for name, v in (("grid", grid), ("scores", scores)):
+        if not isinstance(v, (list, tuple)): raise TypeError(f"{name} must be a list, got {type(v).__name__}")
+    if len(grid) != len(scores): raise ValueError(f"scores must hold one score per grid value ({len(grid)}), got {len(scores)}")
+    if not grid or any(v not in ladder for v in grid) or list(grid) != sorted(set(grid)):
+        raise ValueError(f"grid must be ascending values of ladder {list(ladder)}, got {list(grid)}")
+    i = int(np.argmin([np.inf if np.isnan(v) else v for v in scores]))
+    k = ladder.index(grid[i])
+    return [ladder[k + d] for j, d in ((i - 1, -1), (i + 1, 1)) if 0 <= j < len(grid) and ladder.index(grid[j]) == k + 2 * d]
 
 def lr_rung(grid: list,  # the learning rates (or lengths) tried so far, ascending, each on `ladder`
             scores: list,  # their validation losses (lower is better; nan is the worst), in grid order
