@@ -31,7 +31,7 @@ __all__ = ['FP8_MAX', 'STATE_DTYPES', 'BLOCK_SCALES', 'PEERS', 'OPTIMIZERS', 'PR
            'peer_optimizer', 'peers_available', 'Signum', 'pack_signs', 'unpack_signs', 'DistributedBAS', 'vote_bytes',
            'wire_bytes', 'vote_demo_model', 'vote_demo_batch', 'majority_vote_worker', 'torchrun_demo', 'char_corpus',
            'tiny_gpt2', 'make_optimizer', 'wsd_factor', 'window_loss', 'train_lm', 'encoded_corpus', 'sqrt2_midpoints',
-           'lr_rung', 'step_timer', 'l1_ratio', 'lm_task', 'run_tasks']
+           'best_rates', 'lr_rung', 'step_timer', 'l1_ratio', 'lm_task', 'run_tasks']
 
 # %% ../nbs/04_bas.ipynb #39ee1e73
 FP8_MAX = 448.0  # largest finite value of torch.float8_e4m3fn
@@ -918,6 +918,21 @@ def sqrt2_midpoints(grid: list,  # learning rates tried so far, ascending, each 
     i = int(np.argmin([np.inf if np.isnan(v) else v for v in scores]))
     k = ladder.index(grid[i])
     return [ladder[k + d] for j, d in ((i - 1, -1), (i + 1, 1)) if 0 <= j < len(grid) and ladder.index(grid[j]) == k + 2 * d]
+
+def best_rates(val: dict,  # arm -> {learning rate: [validation loss on each seed]}, every list in one seed order
+               drop: int | None = None,  # leave the seed at this index out of the means
+               ) -> dict:
+    "Each arm's learning rate with the lowest mean validation loss over the seeds (nan is the worst; the lower rate on a tie)."
+    if not isinstance(val, dict) or not all(isinstance(v, dict) and v for v in val.values()):
+        raise TypeError("val must map each arm to a non-empty dict {learning rate: [loss per seed]}")
+    out = {}
+    for arm, by_lr in val.items():
+        n = {len(v) for v in by_lr.values()}
+        if len(n) != 1: raise ValueError(f"val[{arm!r}] must hold one loss per seed at every rate, got lengths {sorted(n)}")
+        if drop is not None and not 0 <= drop < n.pop(): raise ValueError(f"drop must index a seed, got {drop}")
+        mean = {lr: float(np.mean([x for i, x in enumerate(v) if i != drop])) for lr, v in by_lr.items()}
+        out[arm] = min(sorted(mean), key=lambda lr: np.inf if np.isnan(mean[lr]) else mean[lr])
+    return out
 
 def lr_rung(grid: list,  # the learning rates (or lengths) tried so far, ascending, each on `ladder`
             scores: list,  # their validation losses (lower is better; nan is the worst), in grid order
