@@ -969,16 +969,17 @@ def _partial_seed(registry: Registry, scale: str) -> int | None:
     return int(v)
 
 def tuning_flags(registry: Registry, data: dict, arm: str) -> list[str]:
-    "The tuning-adequacy flags of one arm from a run's records: its grids' edges and sizes, its curves, its training length."
-    if arm in registry.untuned: return []
+    """The tuning-adequacy flags of one arm from a run's records: its grids' edges and sizes, its curves, its training length.
+    An arm declared untuned by design has no grid to flag, but its recorded curves are read like any other arm's."""
+    curves = [c for c in data.get("curves", []) if c["arm"] == arm]
+    learning = [c["seed"] for c in curves if c["still_learning"]]
+    still = [f"still learning (seed {', '.join(map(str, learning))})"] if learning else []
+    if arm in registry.untuned: return still
     mine = [t for t in data["tuning"] if t["arm"] == arm]
     counts: dict[str, int] = {}
     for t in mine:
         for f in Tuning(**_tuning_fields(t)).flags: counts[f] = counts.get(f, 0) + 1
-    out = [f if len(mine) == 1 else f"{f[:-1]}, {n} of {len(mine)} tunings)" for f, n in counts.items()]
-    curves = [c for c in data.get("curves", []) if c["arm"] == arm]
-    if learning := [c["seed"] for c in curves if c["still_learning"]]:
-        out.append(f"still learning (seed {', '.join(map(str, learning))})")
+    out = [f if len(mine) == 1 else f"{f[:-1]}, {n} of {len(mine)} tunings)" for f, n in counts.items()] + still
     knob = registry.trained.get(arm)
     if knob == "curve" and not curves: out.append("length not tuned (no validation curve recorded)")
     elif knob not in (None, "curve") and not any(Tuning(**_tuning_fields(t)).axes.get(knob, {}).get("values", 0) > 1
