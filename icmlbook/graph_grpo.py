@@ -25,10 +25,10 @@ from .core import group_advantages as core_group_advantages
 __all__ = ['MAX_DEGREE', 'CLUSTERING_BINS', 'random_trees', 'delaunay_graphs', 'to_dense', 'to_networkx_graphs', 'pair_mask',
            'check_symmetric_edges', 'noise_edges', 'analytic_rate', 'defog_conditional_rate', 'defog_mc_rate',
            'step_probs', 'step_log_prob', 'time_grid', 'random_walk_features', 'connectivity', 'graph_features',
-           'GraphDenoiser', 'edge_posterior', 'edge_prior', 'train_dfm', 'node_mask', 'sample', 'trajectory_log_probs',
-           'group_advantages', 'grpo_loss', 'reinforce_loss', 'refine', 'is_valid', 'degree_histogram',
-           'clustering_histogram', 'js_divergence', 'GraphReward', 'wl_buckets', 'vun', 'gaussian_tv_mmd', 'mmd_ratio',
-           'GraphGRPO']
+           'GraphDenoiser', 'edge_posterior', 'edge_prior', 'train_dfm', 'dfm_val_loss', 'pretrain_dfm', 'node_mask',
+           'sample', 'trajectory_log_probs', 'group_advantages', 'grpo_loss', 'reinforce_loss', 'refine', 'is_valid',
+           'degree_histogram', 'clustering_histogram', 'js_divergence', 'GraphReward', 'wl_buckets', 'vun',
+           'gaussian_tv_mmd', 'mmd_ratio', 'GraphGRPO']
 
 # %% ../nbs/06_graph_grpo.ipynb #62c30202
 def _as_data(g: nx.Graph) -> Data:
@@ -274,7 +274,9 @@ def edge_prior(graphs: list[Data]) -> torch.Tensor:
     return torch.stack([1 - rho, rho]).float()
 
 def train_dfm(model: GraphDenoiser, graphs: list[Data],
-              steps: int = 400, batch_size: int = 32, lr: float = 1e-3, seed: int = 0) -> list[float]:
+              steps: int = 400, batch_size: int = 32, lr: float = 1e-3, seed: int = 0,
+              callback: Callable[[int, GraphDenoiser], None] | None = None,  # called as callback(step, model) after each step (1-based)
+              ) -> list[float]:
     "DFM pretraining: t ~ U[0, 1), E_t ~ p_{t|1}(.|E_1), cross-entropy of p_theta(E_1 | E_t) over unordered pairs, Eq. (gg-eq-dfm). Returns the losses."
     check_int(steps, "steps", 1); check_int(batch_size, "batch_size", 1)
     gen = torch.Generator().manual_seed(seed)
@@ -289,7 +291,44 @@ def train_dfm(model: GraphDenoiser, graphs: list[Data],
         loss = F.cross_entropy(model(Et, mask, t)[pm], E1[pm])
         opt.zero_grad(); loss.backward(); opt.step()
         losses.append(loss.item())
+        if callback is not None: callback(len(losses), model)
     return losses
+
+@torch.no_grad()
+def dfm_val_loss(model: GraphDenoiser, graphs: list[Data],  # held-out graphs
+                 p0: torch.Tensor,  # the edge prior the model was trained with (2,)
+                 draws: int = 2,  # noisy copies of each graph
+                 seed: int = 0,  # the noise seed: the same t and E_t at every call
+                 ) -> float:
+    "The loss of Eq. (gg-eq-dfm) on held-out graphs with fixed draws of t ~ U[0, 1) and E_t ~ p_{t|1}: a validation loss that only the model moves."
+    check_int(draws, "draws", 1); _check_probs(p0, "p0")
+    gen = torch.Generator().manual_seed(seed)
+    E1, mask = to_dense(graphs)
+    E1, mask = E1.repeat(draws, 1, 1), mask.repeat(draws, 1)
+    t = torch.rand(len(E1), generator=gen)
+    Et = noise_edges(E1, mask, t, p0, gen)
+    pm = pair_mask(mask)
+    return F.cross_entropy(model(Et, mask, t)[pm], E1[pm]).item()
+
+def pretrain_dfm(model: GraphDenoiser, graphs: list[Data],
+                 val_graphs: list[Data],  # held-out graphs for `dfm_val_loss`
+                 steps: int,  # the cap on pretraining steps
+                 every: int,  # validation at step 0, every `every` steps and at the cap
+                 batch_size: int = 32, lr: float = 1e-3, seed: int = 0) -> dict:
+    """`train_dfm` with its training length chosen on validation: `dfm_val_loss` (prior of `graphs`) at step 0, every `every`
+    steps and at `steps`; the model ends in its best state. Returns {"losses", "steps", "val", "best_step"}."""
+    check_int(steps, "steps", 1); check_int(every, "every", 1)
+    if not val_graphs: raise ValueError("val_graphs must not be empty")
+    p0 = edge_prior(graphs)
+    curve = {"steps": [0], "val": [dfm_val_loss(model, val_graphs, p0)]}
+    best = {"state": copy.deepcopy(model.state_dict()), "step": 0}
+    def validate(i, m):
+        if i % every and i != steps: return
+        curve["steps"].append(i); curve["val"].append(dfm_val_loss(m, val_graphs, p0))
+        if curve["val"][-1] < min(curve["val"][:-1]): best.update(state=copy.deepcopy(m.state_dict()), step=i)
+    losses = train_dfm(model, graphs, steps, batch_size, lr, seed, callback=validate)
+    model.load_state_dict(best["state"])
+    return {"losses": losses, **curve, "best_step": best["step"]}
 
 # %% ../nbs/06_graph_grpo.ipynb #6029fbc3
 def node_mask(n_nodes: torch.Tensor, N: int) -> torch.Tensor:
