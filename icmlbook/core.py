@@ -16,7 +16,7 @@ import torch
 
 # %% auto #0
 __all__ = ['SCALES', 'OKABE_ITO', 'BOOK_STYLE', 'seed_everything', 'scale', 'by_scale', 'temp_env', 'check_int', 'check_number',
-           'device', 'num_threads', 'Timer', 'use_book_style', 'progress', 'per_seed', 'group_advantages']
+           'device', 'num_threads', 'Timer', 'use_book_style', 'progress', 'run_tasks', 'per_seed', 'group_advantages']
 
 # %% ../nbs/00_core.ipynb #cbe67ea3
 def seed_everything(seed: int,  # a non-negative integer below 2**32
@@ -166,6 +166,30 @@ def progress(iterable: Iterable, desc: str | None = None, total: int | None = No
         return tqdm(iterable, desc=desc, total=total, disable=True, **kwargs)
     from tqdm.auto import tqdm
     return tqdm(iterable, desc=desc, total=total, **kwargs)
+
+# %% ../nbs/00_core.ipynb #e93f04c3
+def run_tasks(fn: Callable[[dict], dict], tasks: list, workers: int = 2, desc: str | None = None,
+              cost: Callable[[dict], float] | None = None,  # a task's estimated run time: the costliest start first
+              meanwhile: Callable[[], None] | None = None,  # called once in this process while the workers run
+              ) -> list:
+    """Map `fn` over independent, self-seeded `tasks` on `workers` forked processes (one torch thread each), or in this
+    process when workers == 1 or fork is missing; results in `tasks`' order, with a progress bar. `fn` must be picklable
+    (a function defined at module or notebook level); what it changes in its process is lost, only its result returns."""
+    import multiprocessing
+    check_int(workers, "workers", 1)
+    order = sorted(range(len(tasks)), key=lambda i: -cost(tasks[i])) if cost is not None else list(range(len(tasks)))
+    todo = [tasks[i] for i in order]   # costliest first (stable): no long task left alone on one worker at the end
+    if workers == 1 or "fork" not in multiprocessing.get_all_start_methods():
+        if meanwhile is not None: meanwhile()
+        done = [fn(t) for t in progress(todo, desc=desc)]
+    else:  # a forked worker must never run on more than one thread: OpenMP's thread pool does not survive fork
+        with multiprocessing.get_context("fork").Pool(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
+            running = pool.imap(fn, todo)  # the workers start now, forked before `meanwhile` runs
+            if meanwhile is not None: meanwhile()
+            done = list(progress(running, desc=desc, total=len(todo)))
+    out = [None] * len(tasks)
+    for i, r in zip(order, done): out[i] = r
+    return out
 
 # %% ../nbs/00_core.ipynb #75cf84c4
 def per_seed(fn: Callable[[int], float],  # the measured value for one seed
