@@ -845,6 +845,20 @@ class ChapterRun:
         self._write()
         return learning
 
+    def task_store(self) -> Path | None:
+        """The folder where `icmlbook.core.run_tasks(..., store=)` keeps each finished task of a full-scale run, so that a run
+        killed (by the end of a session, say) resumes where it stopped: results/partial/<chapter>/<key>, the key hashing the
+        chapter's own code and icmlbook.core, what the tasks' numbers depend on (a rehearsal's tuning-seed tasks serve the
+        confirmation too). None at ci. Commit the folder only to carry an unfinished run over; publishing removes it."""
+        root = repo_root()
+        if self.scale != "full" or root is None or self.data.get("chapter_hash") is None: return None
+        import icmlbook.core
+        core = hashlib.sha256(Path(icmlbook.core.__file__).read_bytes()).hexdigest()
+        key = hashlib.sha256(f"{self.data['chapter_hash']} {core}".encode()).hexdigest()[:16]
+        self.data["task_store"] = f"results/partial/{self.chapter}/{key}"
+        self._write()
+        return root / self.data["task_store"]
+
     def tuning_table(self, experiment: str | None = None) -> str:
         "Markdown tuning table(s): per arm, the knobs searched, evaluations, the choice and its validation score."
         rows = [t for t in self.data["tuning"] if experiment in (None, t["experiment"])]
@@ -1437,6 +1451,9 @@ def _publish(chapter: str, data: dict, echo: Callable[[str], None] = print) -> P
     log = root / "results" / "looks" / f"{chapter}.jsonl"
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("a", encoding="utf-8") as f: f.write(json.dumps(look, ensure_ascii=False) + "\n")
+    if (partial := root / "results" / "partial" / chapter).exists():  # the finished tasks a killed run kept: done with
+        shutil.rmtree(partial)
+        echo(f"removed {partial.relative_to(root)} (the stored tasks of unfinished runs): commit its removal too")
     k = reruns_after_look(looks(chapter, root / "results"), data["code_hash"], look["seeds"], look["chapter_hash"], look["verdicts"])
     echo(f"published {dest.relative_to(root)} and a line of {log.relative_to(root)}: commit both"
          + (f"; this is a re-run after a look ({k}): the page and the scoreboard say so" if k else ""))

@@ -6,17 +6,21 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
 
 # %% auto #0
 __all__ = ['SCALES', 'OKABE_ITO', 'BOOK_STYLE', 'seed_everything', 'scale', 'by_scale', 'temp_env', 'check_int', 'check_number',
-           'device', 'num_threads', 'Timer', 'use_book_style', 'progress', 'run_tasks', 'per_seed', 'group_advantages']
+           'device', 'num_threads', 'Timer', 'use_book_style', 'progress', 'task_key', 'run_tasks', 'per_seed',
+           'group_advantages']
 
 # %% ../nbs/00_core.ipynb #cbe67ea3
 def seed_everything(seed: int,  # a non-negative integer below 2**32
@@ -168,27 +172,62 @@ def progress(iterable: Iterable, desc: str | None = None, total: int | None = No
     return tqdm(iterable, desc=desc, total=total, **kwargs)
 
 # %% ../nbs/00_core.ipynb #e93f04c3
-def run_tasks(fn: Callable[[dict], dict], tasks: list, workers: int = 2, desc: str | None = None,
-              cost: Callable[[dict], float] | None = None,  # a task's estimated run time: the costliest start first
+def task_key(task) -> str:
+    "A task's name in a `run_tasks` store: SHA-256 of its canonical JSON (keys sorted; floats exact; anything else by repr)."
+    return hashlib.sha256(json.dumps(task, sort_keys=True, default=repr).encode()).hexdigest()[:32]
+
+_MISSING = object()  # a task the store does not hold (its result may itself be None)
+
+def _load_stored(store: Path, task):
+    "The stored result of `task`, or _MISSING when it was never stored (or its file was cut short by a kill)."
+    f = store / f"{task_key(task)}.pt"
+    if not f.is_file(): return _MISSING
+    try: saved = torch.load(f, weights_only=False)
+    except Exception: return _MISSING  # a file cut short: run the task again
+    return saved["result"] if saved.get("task") == json.dumps(task, sort_keys=True, default=repr) else _MISSING
+
+def _save_stored(store: Path, task, result) -> None:
+    "Write `result` of `task` to the store atomically (a kill leaves the old state or the new one, never half a file)."
+    f = store / f"{task_key(task)}.pt"
+    tmp = f.with_suffix(f".tmp{os.getpid()}")
+    torch.save({"task": json.dumps(task, sort_keys=True, default=repr), "result": result}, tmp)
+    os.replace(tmp, f)
+
+def _call_indexed(job: tuple):
+    "(fn, i, task) -> (i, fn(task)): lets a pool return results as they finish, with their place."
+    fn, i, task = job
+    return i, fn(task)
+
+def run_tasks(fn: Callable, tasks: list, workers: int = 2, desc: str | None = None,
+              cost: Callable | None = None,  # a task's estimated run time: the costliest start first
               meanwhile: Callable[[], None] | None = None,  # called once in this process while the workers run
+              store: str | Path | None = None,  # a folder keeping each finished task's result: a killed run resumes from it
               ) -> list:
     """Map `fn` over independent, self-seeded `tasks` on `workers` forked processes (one torch thread each), or in this
     process when workers == 1 or fork is missing; results in `tasks`' order, with a progress bar. `fn` must be picklable
-    (a function defined at module or notebook level); what it changes in its process is lost, only its result returns."""
+    (a function defined at module or notebook level); what it changes in its process is lost, only its result returns.
+    With `store`, each result is saved as soon as its task finishes and a task already there is not run again, so a run
+    that was killed picks up where it stopped; the caller keys the folder by everything the results depend on."""
     import multiprocessing
     check_int(workers, "workers", 1)
-    order = sorted(range(len(tasks)), key=lambda i: -cost(tasks[i])) if cost is not None else list(range(len(tasks)))
-    todo = [tasks[i] for i in order]   # costliest first (stable): no long task left alone on one worker at the end
-    if workers == 1 or "fork" not in multiprocessing.get_all_start_methods():
+    if store is not None: store = Path(store); store.mkdir(parents=True, exist_ok=True)
+    out = [None] * len(tasks)
+    have = [_load_stored(store, t) for t in tasks] if store is not None else [_MISSING] * len(tasks)
+    todo = [i for i in range(len(tasks)) if have[i] is _MISSING]
+    for i in range(len(tasks)):
+        if have[i] is not _MISSING: out[i] = have[i]
+    if cost is not None: todo.sort(key=lambda i: -cost(tasks[i]))  # costliest first (stable): no long task left alone at the end
+    def done(i, r):
+        out[i] = r
+        if store is not None: _save_stored(store, tasks[i], r)
+    if workers == 1 or not todo or "fork" not in multiprocessing.get_all_start_methods():
         if meanwhile is not None: meanwhile()
-        done = [fn(t) for t in progress(todo, desc=desc)]
+        for i in progress(todo, desc=desc): done(i, fn(tasks[i]))
     else:  # a forked worker must never run on more than one thread: OpenMP's thread pool does not survive fork
         with multiprocessing.get_context("fork").Pool(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
-            running = pool.imap(fn, todo)  # the workers start now, forked before `meanwhile` runs
+            running = pool.imap_unordered(_call_indexed, [(fn, i, tasks[i]) for i in todo])  # the workers start now
             if meanwhile is not None: meanwhile()
-            done = list(progress(running, desc=desc, total=len(todo)))
-    out = [None] * len(tasks)
-    for i, r in zip(order, done): out[i] = r
+            for i, r in progress(running, desc=desc, total=len(todo)): done(i, r)
     return out
 
 # %% ../nbs/00_core.ipynb #75cf84c4

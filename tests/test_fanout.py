@@ -130,3 +130,17 @@ def test_a_rehearsal_runs_the_full_scale_on_the_development_seeds_and_never_publ
     for kw in (dict(scale="full", publish=True), dict(scale="ci"), dict(scale="full", seed=1000)):
         with pytest.raises(ValueError, match="rehearse runs the full scale on the development seeds, whole, and never publishes"):
             run_chapter("bas", timeout=10, rehearse=True, **kw)
+
+
+def test_publishing_removes_the_stored_tasks_of_unfinished_runs(tmp_path, monkeypatch):
+    from icmlbook.claims import _publish
+    (tmp_path / "settings.ini").write_text("[DEFAULT]\nlib_name = icmlbook\n")
+    part = tmp_path / "results" / "partial" / "bas" / "0123456789abcdef"
+    part.mkdir(parents=True)
+    (part / "task.pt").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    data, said = job(tmp_path, monkeypatch, None), []
+    _publish("bas", data, said.append)
+    assert (tmp_path / "results" / "full" / "bas.json").is_file()
+    assert not (tmp_path / "results" / "partial" / "bas").exists()
+    assert any("removed results/partial/bas" in s for s in said), said
