@@ -19,8 +19,7 @@ import torch
 
 # %% auto #0
 __all__ = ['SCALES', 'OKABE_ITO', 'BOOK_STYLE', 'seed_everything', 'scale', 'by_scale', 'temp_env', 'check_int', 'check_number',
-           'device', 'num_threads', 'Timer', 'use_book_style', 'progress', 'task_key', 'run_tasks', 'per_seed',
-           'group_advantages']
+           'device', 'num_threads', 'Timer', 'use_book_style', 'progress', 'run_tasks', 'per_seed', 'group_advantages']
 
 # %% ../nbs/00_core.ipynb #cbe67ea3
 def seed_everything(seed: int,  # a non-negative integer below 2**32
@@ -172,25 +171,29 @@ def progress(iterable: Iterable, desc: str | None = None, total: int | None = No
     return tqdm(iterable, desc=desc, total=total, **kwargs)
 
 # %% ../nbs/00_core.ipynb #e93f04c3
-def task_key(task) -> str:
-    "A task's name in a `run_tasks` store: SHA-256 of its canonical JSON (keys sorted; floats exact; anything else by repr)."
-    return hashlib.sha256(json.dumps(task, sort_keys=True, default=repr).encode()).hexdigest()[:32]
-
 _MISSING = object()  # a task the store does not hold (its result may itself be None)
 
-def _load_stored(store: Path, task):
-    "The stored result of `task`, or _MISSING when it was never stored (or its file was cut short by a kill)."
-    f = store / f"{task_key(task)}.pt"
+def _stored_name(fn, task) -> str:
+    "What a stored result is filed under: the function's qualified name and the task, as canonical JSON (floats exact)."
+    try: return json.dumps([f"{getattr(fn, '__module__', None)}.{getattr(fn, '__qualname__', repr(fn))}", task], sort_keys=True)
+    except TypeError as e:  # a tensor's or an object's repr can be cut short or change: it cannot name a result
+        raise TypeError(f"tasks kept in a store must be JSON data (numbers, strings, None, lists, dicts): {e}") from None
+
+def _load_stored(store: Path, fn, task):
+    "The stored result of `fn(task)`, or _MISSING when it was never stored (or its file was cut short by a kill)."
+    name = _stored_name(fn, task)
+    f = store / f"{hashlib.sha256(name.encode()).hexdigest()[:32]}.pt"
     if not f.is_file(): return _MISSING
     try: saved = torch.load(f, weights_only=False)
     except Exception: return _MISSING  # a file cut short: run the task again
-    return saved["result"] if saved.get("task") == json.dumps(task, sort_keys=True, default=repr) else _MISSING
+    return saved["result"] if saved.get("task") == name else _MISSING
 
-def _save_stored(store: Path, task, result) -> None:
-    "Write `result` of `task` to the store atomically (a kill leaves the old state or the new one, never half a file)."
-    f = store / f"{task_key(task)}.pt"
+def _save_stored(store: Path, fn, task, result) -> None:
+    "Write `fn(task)`'s result to the store atomically (a kill leaves the old state or the new one, never half a file)."
+    name = _stored_name(fn, task)
+    f = store / f"{hashlib.sha256(name.encode()).hexdigest()[:32]}.pt"
     tmp = f.with_suffix(f".tmp{os.getpid()}")
-    torch.save({"task": json.dumps(task, sort_keys=True, default=repr), "result": result}, tmp)
+    torch.save({"task": name, "result": result}, tmp)
     os.replace(tmp, f)
 
 def _call_indexed(job: tuple):
@@ -206,20 +209,21 @@ def run_tasks(fn: Callable, tasks: list, workers: int = 2, desc: str | None = No
     """Map `fn` over independent, self-seeded `tasks` on `workers` forked processes (one torch thread each), or in this
     process when workers == 1 or fork is missing; results in `tasks`' order, with a progress bar. `fn` must be picklable
     (a function defined at module or notebook level); what it changes in its process is lost, only its result returns.
-    With `store`, each result is saved as soon as its task finishes and a task already there is not run again, so a run
-    that was killed picks up where it stopped; the caller keys the folder by everything the results depend on."""
+    With `store`, each result is saved as soon as its task finishes, filed under `fn`'s qualified name and the task, and a
+    task already there is not run again, so a run that was killed picks up where it stopped; the caller keys the folder by
+    everything else the results depend on (the code, above all)."""
     import multiprocessing
     check_int(workers, "workers", 1)
     if store is not None: store = Path(store); store.mkdir(parents=True, exist_ok=True)
     out = [None] * len(tasks)
-    have = [_load_stored(store, t) for t in tasks] if store is not None else [_MISSING] * len(tasks)
+    have = [_load_stored(store, fn, t) for t in tasks] if store is not None else [_MISSING] * len(tasks)
     todo = [i for i in range(len(tasks)) if have[i] is _MISSING]
     for i in range(len(tasks)):
         if have[i] is not _MISSING: out[i] = have[i]
     if cost is not None: todo.sort(key=lambda i: -cost(tasks[i]))  # costliest first (stable): no long task left alone at the end
     def done(i, r):
         out[i] = r
-        if store is not None: _save_stored(store, tasks[i], r)
+        if store is not None: _save_stored(store, fn, tasks[i], r)
     if workers == 1 or not todo or "fork" not in multiprocessing.get_all_start_methods():
         if meanwhile is not None: meanwhile()
         for i in progress(todo, desc=desc): done(i, fn(tasks[i]))
