@@ -22,7 +22,7 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 from .claims import next_rung
-from .core import check_int, num_threads, progress, seed_everything
+from .core import check_int, num_threads, progress, run_tasks, seed_everything
 
 # %% auto #0
 __all__ = ['FP8_MAX', 'STATE_DTYPES', 'BLOCK_SCALES', 'PEERS', 'OPTIMIZERS', 'PRETRAIN_SHARE', 'N_EVALS', 'LR_LADDER', 'LR_FINE',
@@ -31,7 +31,7 @@ __all__ = ['FP8_MAX', 'STATE_DTYPES', 'BLOCK_SCALES', 'PEERS', 'OPTIMIZERS', 'PR
            'peer_optimizer', 'peers_available', 'Signum', 'pack_signs', 'unpack_signs', 'DistributedBAS', 'vote_bytes',
            'wire_bytes', 'vote_demo_model', 'vote_demo_batch', 'majority_vote_worker', 'torchrun_demo', 'char_corpus',
            'tiny_gpt2', 'make_optimizer', 'wsd_factor', 'window_loss', 'train_lm', 'encoded_corpus', 'sqrt2_midpoints',
-           'best_rates', 'lr_rung', 'step_timer', 'l1_ratio', 'lm_task', 'run_tasks']
+           'best_rates', 'lr_rung', 'step_timer', 'l1_ratio', 'lm_task']
 
 # %% ../nbs/04_bas.ipynb #39ee1e73
 FP8_MAX = 448.0  # largest finite value of torch.float8_e4m3fn
@@ -992,25 +992,3 @@ def lm_task(task: dict) -> dict:
         out["state_bytes"] = state_bytes(opt)
         out["step_seconds"] = float(np.median(times)) if times else float("nan")  # the median: a first compiling step is one outlier
         return dict(task, init=None, **out)
-
-def run_tasks(fn: Callable[[dict], dict], tasks: list[dict], workers: int = 2, desc: str | None = None,
-              cost: Callable[[dict], float] | None = None,  # a task's estimated run time: the costliest start first
-              meanwhile: Callable[[], None] | None = None,  # called once in this process while the workers run
-              ) -> list[dict]:
-    "map `fn` over `tasks` on `workers` forked processes, or in this process when workers == 1 or fork is missing; results in `tasks`' order."
-    import multiprocessing
-    if workers < 1: raise ValueError(f"workers must be >= 1, got {workers}")
-    # run order: costliest first (stable), so that no long task is left alone on one worker at the end
-    order = sorted(range(len(tasks)), key=lambda i: -cost(tasks[i])) if cost is not None else list(range(len(tasks)))
-    todo = [tasks[i] for i in order]
-    if workers == 1 or "fork" not in multiprocessing.get_all_start_methods():
-        if meanwhile is not None: meanwhile()
-        done = [fn(t) for t in progress(todo, desc=desc)]
-    else:  # a forked worker must never run on more than one thread: OpenMP's thread pool does not survive fork
-        with multiprocessing.get_context("fork").Pool(workers, initializer=torch.set_num_threads, initargs=(1,)) as pool:
-            running = pool.imap(fn, todo)  # the workers start now; the pool was forked before `meanwhile` runs
-            if meanwhile is not None: meanwhile()
-            done = list(progress(running, desc=desc, total=len(todo)))
-    out = [None] * len(tasks)
-    for i, r in zip(order, done): out[i] = r
-    return out
